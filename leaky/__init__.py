@@ -1,0 +1,16 @@
+"""leaky: find where backprop leaks in a PyTorch training run.
+
+    leaky audit train.py --epochs 3       # the user's unmodified script
+    leaky explain dead-zone               # what a check means and how to fix it
+    leaky demo                            # the built-in broken models, and their fixes
+
+In Python, `with leaky.audit() as audit: ...train...` then `audit.report`.
+"""
+from leaky.audit import Audit, audit
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity, Source
+from leaky.report import SCHEMA, Report
+
+__version__ = "0.1.0"
+
+__all__ = ["Audit", "AuditConfig", "Finding", "Report", "SCHEMA", "Severity", "Source", "audit", "__version__"]

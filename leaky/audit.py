@@ -1,0 +1,66 @@
+"""`leaky.audit()`: observe whatever training runs inside a `with` block.
+
+    with leaky.audit(steps=None) as audit:
+        for x, y in loader:
+            loss = loss_fn(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
+    print(audit.report)
+
+Observation never changes training: every op returns its own output, hooks return None,
+and all instruments are removed on exit, also when the block raises.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from leaky.checks import run_all
+from leaky.config import AuditConfig
+from leaky.record.recorder import Recorder
+from leaky.report import Report, build_report
+from leaky.stats import AuditStats
+
+
+class Audit:
+    """Context manager around one Recorder. `.report` is ready after the block exits."""
+
+    def __init__(self, steps: int | None = None, config: AuditConfig | None = None,
+                 on_limit: Callable[[], None] | None = None,
+                 on_step: Callable[[Recorder], None] | None = None) -> None:
+        base = config or AuditConfig()
+        self.config = dataclasses.replace(base, steps=steps) if config is None or steps is not None else base
+        self._recorder = Recorder(self.config, on_limit=on_limit, on_step=on_step)
+        self.stats: AuditStats | None = None
+        self._report: Report | None = None
+        self.run_info: dict = {}
+
+    def __enter__(self) -> "Audit":
+        self._recorder.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._recorder.__exit__(exc_type, exc, tb)
+        self.stats = self._recorder.finish()
+        return False
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._recorder
+
+    @property
+    def report(self) -> Report:
+        if self.stats is None:
+            raise RuntimeError("the audit is still running: read .report after the `with` block ends")
+        if self._report is None:
+            run = {"steps": self.stats.steps, "backward_calls": self.stats.backward_calls,
+                   "used_optimizer": self.stats.used_optimizer, **self.run_info}
+            self._report = build_report(self.stats, run_all(self.stats, self.config), run)
+        return self._report
+
+    @property
+    def findings(self):
+        return self.report.findings
+
+
+def audit(steps: int | None = None, config: AuditConfig | None = None) -> Audit:
+    """Observe the training inside the block; `steps=None` observes all of it."""
+    return Audit(steps=steps, config=config)

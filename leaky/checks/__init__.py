@@ -1,0 +1,64 @@
+"""The check catalog: one file per check, registered under a stable code and name.
+
+A check is a pure function `(AuditStats, AuditConfig) -> list[Finding]`. It never touches
+hooks and never prints. Its explanation page is `leaky/pages/<CODE>-<name>.md`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Callable
+
+from leaky.config import AuditConfig
+from leaky.finding import Finding
+from leaky.stats import AuditStats
+
+CheckFn = Callable[[AuditStats, AuditConfig], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Check:
+    code: str
+    name: str
+    summary: str
+    run: CheckFn
+
+
+CHECKS: dict[str, Check] = {}
+
+_MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "exploding_gradient",
+            "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path")
+
+
+def register(code: str, name: str, summary: str) -> Callable[[CheckFn], CheckFn]:
+    def add(fn: CheckFn) -> CheckFn:
+        if code in CHECKS:
+            raise ValueError(f"check code {code} registered twice")
+        CHECKS[code] = Check(code, name, summary, fn)
+        return fn
+    return add
+
+
+def lookup(key: str) -> Check:
+    """A check by code (LK106) or name (dead-zone), case-insensitive."""
+    wanted = key.strip().lower()
+    for check in CHECKS.values():
+        if wanted in (check.code.lower(), check.name):
+            return check
+    known = ", ".join(f"{c.code} {c.name}" for c in CHECKS.values())
+    raise KeyError(f"no check called {key!r}; known checks: {known}")
+
+
+def run_all(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    for check in CHECKS.values():
+        findings.extend(check.run(stats, config))
+    return sort_findings(findings)
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.module or "", f.source.line if f.source else 0))
+
+
+for _name in _MODULES:
+    import_module(f"leaky.checks.{_name}")

@@ -1,0 +1,54 @@
+"""LK102 dead-units: ReLU-family units that never fire on any observed sample.
+
+    d/dx relu(x) = 1 if x > 0 else 0        # NOTE: PyTorch uses relu'(0) = 0
+
+A unit whose pre-activation is <= 0 for every input gets a zero gradient for every input,
+so its incoming weights never change again: it cannot recover on its own. A unit is dead
+when it did not fire in the trailing window of observed steps; when it fired earlier, the
+step after its last firing is when it died. Some inactive units are normal, hence the
+per-layer share thresholds and a minimum sample count.
+"""
+from __future__ import annotations
+
+import statistics
+
+from leaky.checks import register
+from leaky.checks._util import pct, severity_above
+from leaky.config import AuditConfig
+from leaky.finding import Finding
+from leaky.stats import AuditStats
+
+
+@register("LK102", "dead-units", "ReLU-family units that never activate on any observed sample")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    findings = []
+    for act in stats.activations:
+        if act.dead_units is None or not act.units:
+            continue
+        window_samples = act.samples * act.window // max(stats.steps, 1)
+        if window_samples < config.dead_min_samples:
+            continue
+        share = act.dead_units / act.units
+        severity = severity_above(share, config.dead_warning, config.dead_error)
+        if severity is None:
+            continue
+        died = sorted(act.died_steps)
+        when = ""
+        step = None
+        if died:
+            step = died[0]
+            when = (f" {len(died)} of them fired earlier and died between steps {died[0]} and {died[-1]}"
+                    f" (median {statistics.median(died):g}).")
+        message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
+                   f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
+                   f"{act.window} steps; relu'(x) = 0 for x ≤ 0, so they get no gradient and cannot "
+                   f"recover.{when}")
+        fix = ("Lower the learning rate or add warmup (a large update pushes biases far negative), "
+               "initialise with nn.init.kaiming_normal_(w, nonlinearity='relu'), normalise the inputs, "
+               "or use LeakyReLU/GELU, whose gradient is nonzero for x < 0.")
+        evidence = {"dead_units": act.dead_units, "units": act.units, "dead_share": share,
+                    "window_steps": act.window, "window_samples": window_samples,
+                    "died_during_observation": len(died), "first_death_step": step}
+        findings.append(Finding("dead-units", "LK102", severity, message, fix, act.module, act.op,
+                                act.source, step, evidence))
+    return findings

@@ -1,0 +1,77 @@
+"""LK104 exploding-gradient: the gradient grows by orders of magnitude, spikes, or overflows.
+
+The same product of local Jacobians that can vanish can grow: weights whose scale gives a
+layer gain > 1 multiply the gradient by that gain at every layer. leaky flags (a) growth
+from the latest to the earliest parameterised module, located at the ops with the largest
+gains, (b) a step whose total gradient norm jumps over `spike_factor` times the median of
+the earlier steps, and (c) a total gradient norm that overflowed to inf.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from leaky.checks import register
+from leaky.checks._depth import depth_profile, describe, worst_ops
+from leaky.checks._util import num, severity_above
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity
+from leaky.stats import AuditStats
+
+_FIX = ("Scale the initial weights to fan-in (nn.init.kaiming_normal_ / xavier_uniform_), add "
+        "normalisation, lower the learning rate, and clip with "
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) between backward() and step().")
+
+
+@register("LK104", "exploding-gradient", "the gradient norm grows by orders of magnitude, or spikes over steps")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    return [f for f in (_depth(stats, config), _spike(stats, config), _overflow(stats)) if f is not None]
+
+
+def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:
+    profile = depth_profile(stats)
+    if profile is None:
+        return None
+    severity = severity_above(profile.ratio, config.exploding_warning, config.exploding_error)
+    if severity is None:
+        return None
+    culprits = worst_ops(profile.path, shrinking=False)
+    orders = math.log10(profile.ratio)
+    first, last = profile.earliest, profile.latest
+    grown = "; ".join(describe(op) for op in culprits) or "spread over many ops"
+    message = (f"the gradient entering {first.module} is {num(profile.ratio)}× the one entering "
+               f"{last.module} ({orders:.1f} orders of magnitude gained over {profile.modules} "
+               f"parameterised modules). Largest gains: {grown}.")
+    top = culprits[0] if culprits else first
+    evidence = {"ratio": profile.ratio, "orders_of_magnitude": orders, "earliest_module": first.module,
+                "earliest_grad_norm": first.grad_in, "latest_module": last.module,
+                "latest_grad_norm": last.grad_in,
+                "amplifying_ops": [{"op": op.op, "module": op.module,
+                                    "line": op.source.line if op.source else None, "gain": op.gain}
+                                   for op in culprits]}
+    return Finding("exploding-gradient", "LK104", severity, message, _FIX, top.module, top.op, top.source,
+                   None, evidence)
+
+
+def _spike(stats: AuditStats, config: AuditConfig) -> Finding | None:
+    norms = stats.grad_norms
+    for step in range(config.spike_min_history, len(norms)):
+        history = [n for n in norms[:step] if math.isfinite(n)]
+        if len(history) < config.spike_min_history or not math.isfinite(norms[step]):
+            continue
+        median = statistics.median(history)
+        if median > 0 and norms[step] > config.spike_factor * median:
+            message = (f"at step {step} the total gradient norm is {num(norms[step])}, "
+                       f"{num(norms[step] / median)}× the median {num(median)} of the steps before it.")
+            return Finding("exploding-gradient", "LK104", Severity.WARNING, message, _FIX, None, None, None,
+                           step, {"grad_norm": norms[step], "median_before": median})
+    return None
+
+
+def _overflow(stats: AuditStats) -> Finding | None:
+    for step, norm in enumerate(stats.grad_norms):
+        if math.isinf(norm):
+            message = f"at step {step} the total gradient norm overflowed to inf."
+            return Finding("exploding-gradient", "LK104", Severity.ERROR, message, _FIX, None, None, None,
+                           step, {"grad_norm": "inf"})
+    return None

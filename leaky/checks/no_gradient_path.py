@@ -1,0 +1,88 @@
+"""LK108 no-gradient-path: trainable parameters that never receive a gradient.
+
+A parameter's .grad stays None when no differentiable path connects it to the loss:
+`.detach()`, `.data`, a numpy round trip, a `torch.no_grad()` block, or a branch whose
+output is never used. Trainable means requires_grad=True and, when an optimizer ran, in one
+of its param groups: a frozen backbone and a detached target network are not findings.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from leaky.checks import register
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity
+from leaky.stats import AuditStats, Cut
+
+_CUT_TEXT = {
+    "detach": (".detach()", "Remove the .detach() (detach only what must not be trained, e.g. a "
+               "target); if you need numpy, compute it from a detached copy next to the graph, not in it."),
+    "data": (".data", "Use the parameter itself (self.fc.weight), not .data: .data hides the op from "
+             "autograd."),
+    "numpy": (".numpy()", "Keep the computation in torch; a numpy round trip leaves the graph."),
+    "item": (".item()", "Keep the value as a tensor; .item() returns a Python number with no gradient."),
+    "tolist": (".tolist()", "Keep the values as a tensor; .tolist() leaves the graph."),
+    "no_grad": ("torch.no_grad()", "Move this call out of the torch.no_grad() block, or freeze these "
+                "parameters on purpose with requires_grad_(False) and drop them from the optimizer."),
+}
+_ORDER = ("detach", "data", "numpy", "item", "tolist", "no_grad")
+
+
+@register("LK108", "no-gradient-path", "trainable parameters that receive no gradient")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    if stats.steps == 0:
+        return []
+    cut_off: dict[str | None, list] = defaultdict(list)
+    for param in stats.params:
+        if not param.requires_grad or param.grad_steps > 0:
+            continue
+        if stats.used_optimizer and not param.in_optimizer:
+            continue
+        if not stats.used_optimizer and not any(p.grad_steps for p in stats.params):
+            continue
+        cut_off[param.module].append(param)
+    return [_finding(module, params, stats) for module, params in cut_off.items()]
+
+
+def _related(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _find_cut(module: str | None, stats: AuditStats) -> Cut | None:
+    candidates = [c for c in stats.cuts
+                  if _related(c.producer, module) or (c.kind == "no_grad" and _related(c.module, module))]
+    candidates.sort(key=lambda c: (_ORDER.index(c.kind), -(c.producer == module)))
+    return candidates[0] if candidates else None
+
+
+def _finding(module: str | None, params, stats: AuditStats) -> Finding:
+    names = ", ".join(p.name for p in params)
+    count = sum(_numel(p.shape) for p in params)
+    cut = _find_cut(module, stats)
+    head = (f"{names} ({count} values, trainable) received no gradient in any of the "
+            f"{stats.steps} observed steps")
+    if cut is not None:
+        what, fix = _CUT_TEXT[cut.kind]
+        message = f"{head}: the path to the loss is cut by {what} here."
+        source, op = cut.source, cut.kind
+    elif module in stats.modules_ran:
+        message = f"{head}: {module} runs in forward, but its output never reaches the loss (an unused branch)."
+        fix = "Use this module's output in the loss, or remove it (and its parameters) from the optimizer."
+        source, op = None, None
+    else:
+        message = f"{head}: {module or 'their module'} is never called in the forward pass."
+        fix = "Call the module in forward(), or remove its parameters from the optimizer."
+        source, op = None, None
+    evidence = {"parameters": [p.name for p in params], "values": count,
+                "cut": None if cut is None else cut.kind}
+    return Finding("no-gradient-path", "LK108", Severity.ERROR, message, fix, module, op, source, None,
+                   evidence)
+
+
+def _numel(shape) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total

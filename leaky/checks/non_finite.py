@@ -1,0 +1,79 @@
+"""LK107 non-finite: the first op, forward or backward, that produced NaN or Inf.
+
+leaky flags every op's output (forward) and every node's outgoing gradient norm (backward)
+on the device and reads the flags once per step, so the origin is found in the same pass,
+without detect_anomaly's second pass. Backward traps are ops whose local derivative is
+infinite where their forward value is finite or masked:
+
+    d/dx log(x) = 1/x        -> inf at 0; where(x > 0, log(x), 0) still computes it
+    d/dx sqrt(x) = 1/(2√x)   -> inf at 0
+    0 · inf = NaN            -> a masked branch does not protect the backward pass
+"""
+from __future__ import annotations
+
+import math
+
+from leaky.checks import register
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity
+from leaky.stats import AuditStats, NonFinite
+
+_TRAPS = {
+    "log": ("d/dx log(x) = 1/x is infinite at x = 0 (and log is NaN for x < 0); masking the output "
+            "with where() does not mask the backward, since 0 · inf = NaN",
+            "Mask the input, not the output: torch.log(torch.where(x > 0, x, torch.ones_like(x))), or "
+            "add an epsilon: torch.log(x.clamp_min(1e-12))."),
+    "sqrt": ("d/dx sqrt(x) = 1/(2·sqrt(x)) is infinite at x = 0",
+             "Add an epsilon inside: torch.sqrt(x + 1e-12), or use torch.linalg.vector_norm, whose "
+             "gradient at 0 is defined."),
+    "div": ("d/dy (x/y) = −x/y² is infinite at y = 0", "Guard the denominator: x / (y + eps)."),
+    "pow": ("d/dx x^p = p·x^(p−1) is infinite at 0 for p < 1", "Add an epsilon to the base."),
+    "exp": ("exp overflows to inf for inputs above ~88 in float32",
+            "Subtract the max first (log-sum-exp) or use the stable built-in (log_softmax, "
+            "logsumexp, BCEWithLogitsLoss)."),
+}
+_LOG_SOFTMAX = ("log(softmax(x)) underflows: softmax rounds small probabilities to 0 and log(0) = −inf",
+                "Use torch.log_softmax(x, dim) or pass the logits to F.cross_entropy, which computes "
+                "log-softmax stably.")
+_GENERIC = ("an op produced a non-finite value", "Check this op's inputs for extreme values; lower "
+            "the learning rate or clip gradients if the values grew over training.")
+
+
+@register("LK107", "non-finite", "the first op, forward or backward, that produced NaN/Inf")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    events = {event.phase: event for event in stats.nonfinite}
+    loss_bad = any(not math.isfinite(loss) for loss in stats.losses)
+    backward, forward = events.get("backward"), events.get("forward")
+    findings = []
+    if backward is not None:
+        findings.append(_finding(backward, forward, "backward"))
+    if forward is not None and loss_bad and (backward is None or _place(forward) != _place(backward)):
+        findings.append(_finding(forward, None, "forward"))
+    return findings
+
+
+def _place(event: NonFinite):
+    return event.op.module, event.op.source
+
+
+def _finding(event: NonFinite, forward: NonFinite | None, phase: str) -> Finding:
+    op = event.op
+    math_line, fix = _explain(op)
+    value = event.value if event.value in ("nan", "inf") else "NaN/Inf"
+    if phase == "backward":
+        message = (f"the backward pass of {op.op} ({op.node}) turned a finite incoming gradient into "
+                   f"{value} at step {event.step}: {math_line}.")
+        if forward is not None and _place(forward) == _place(event):
+            message += " Its forward output was already non-finite where it was masked."
+    else:
+        message = f"{op.op} produced the first non-finite forward value at step {event.step}: {math_line}."
+    evidence = {"phase": phase, "node": op.node, "value": value, "step": event.step}
+    return Finding("non-finite", "LK107", Severity.ERROR, message, fix, op.module, op.op, op.source,
+                   event.step, evidence)
+
+
+def _explain(op) -> tuple[str, str]:
+    if op.op == "log" and str(op.detail.get("input_node", "")).startswith("Softmax"):
+        return _LOG_SOFTMAX
+    name = op.op.rstrip("_")
+    return _TRAPS.get(name, _TRAPS.get("div") if name in ("truediv", "divide") else _GENERIC)

@@ -1,0 +1,168 @@
+"""The `leaky` command: audit, explain, demo.
+
+    leaky audit [--steps N] [--json PATH] [--fail-on error] SCRIPT [script args...]
+    leaky explain dead-zone | LK106
+    leaky demo
+
+Exit codes of `audit`: 0 no finding at or above --fail-on; 1 there are such findings;
+2 the script could not be run, or no backward pass was observed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from leaky.config import AuditConfig
+from leaky.finding import Severity
+
+EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+_FAIL_ON = ("error", "warning", "info", "never")
+
+
+def _steps(text: str) -> int | None:
+    if text in ("all", "0"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes a positive number or 'all', not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("--steps must be positive (or 'all')")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leaky", description="Find where backprop leaks in PyTorch training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    audit = sub.add_parser("audit", help="run a training script under instrumentation and report leaks")
+    audit.add_argument("--steps", type=_steps, default=20, metavar="N",
+                       help="optimizer steps to observe (backward calls if no optimizer); 'all' for the whole "
+                            "script (default 20)")
+    audit.add_argument("--json", metavar="PATH", help="write the leaky/report-v1 JSON report here ('-': stdout)")
+    audit.add_argument("--fail-on", choices=_FAIL_ON, default="error",
+                       help="exit 1 when a finding at or above this severity exists (default error)")
+    audit.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
+    audit.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
+    audit.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    explain = sub.add_parser("explain", help="print what a check means and how to fix it")
+    explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
+    demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")
+    demo.add_argument("--steps", type=_steps, default=20, metavar="N", help="steps per example (default 20)")
+    demo.add_argument("--only", metavar="NAME", help="run one example pair (e.g. dqn-clamped-td)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"audit": cmd_audit, "explain": cmd_explain, "demo": cmd_demo}[args.command]
+    return handler(args)
+
+
+# -- audit ------------------------------------------------------------------------------
+class _Progress:
+    """A one-line live status on a terminal; silent otherwise. Script output stays readable."""
+
+    def __init__(self, console: Console, total: int | None) -> None:
+        self.console, self.total = console, total
+        self.live = Live(Text("leaky: starting…"), console=console, transient=True, redirect_stdout=True,
+                         redirect_stderr=True) if console.is_terminal else None
+
+    def __enter__(self):
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def on_step(self, recorder) -> None:
+        if not self.live:
+            return
+        builder = recorder.builder
+        total = f"/{self.total}" if self.total else ""
+        loss = f" · loss {builder.losses[-1]:.4g}" if builder.losses else ""
+        norm = f" · grad norm {builder.grad_norms[-1]:.3g}" if builder.grad_norms else ""
+        self.live.update(Text(f"leaky: step {builder.steps}{total}{loss}{norm}", style="dim"))
+
+
+def _fails(report, fail_on: str) -> bool:
+    if fail_on == "never":
+        return False
+    floor = Severity(fail_on).rank
+    return any(f.severity.rank >= floor for f in report.findings)
+
+
+def _write_json(report, path: str, err: Console) -> bool:
+    text = report.to_json()
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        return True
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    except OSError as exc:
+        err.print(Text(f"leaky: cannot write the JSON report to {path}: {exc.strerror}", style="red"))
+        return False
+    return True
+
+
+def cmd_audit(args) -> int:
+    from leaky.report.terminal import print_report
+    from leaky.script import ScriptError, run_script
+
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False)
+    config = dataclasses.replace(AuditConfig(), steps=args.steps, fail_on=args.fail_on)
+    script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    try:
+        with _Progress(err, args.steps) as progress:
+            run = run_script(args.script, script_args, config, on_step=progress.on_step)
+    except ScriptError as exc:
+        err.print(Text(f"leaky: {exc}", style="red"))
+        return EXIT_UNUSABLE
+    report = run.audit.report
+    if run.audit.stats.backward_calls == 0:
+        reason = f" (the script stopped: {run.error})" if run.error else ""
+        err.print(Text(f"leaky: no backward pass was observed in {args.script}{reason}; nothing to audit. "
+                       "Does the script call loss.backward()?", style="red"))
+        if args.json:
+            _write_json(report, args.json, err)
+        return EXIT_UNUSABLE
+    print_report(report, out, table=not args.no_table)
+    if run.error:
+        out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
+    if args.json and not _write_json(report, args.json, err):
+        return EXIT_UNUSABLE
+    return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+
+
+# -- explain ----------------------------------------------------------------------------
+def cmd_explain(args) -> int:
+    from leaky.explain import list_checks, page
+
+    console = Console(highlight=False)
+    if not args.check:
+        console.print(list_checks())
+        return EXIT_OK
+    try:
+        console.print(page(args.check))
+    except KeyError as exc:
+        Console(stderr=True).print(Text(f"leaky: {exc.args[0]}", style="red"))
+        return EXIT_UNUSABLE
+    return EXIT_OK
+
+
+# -- demo -------------------------------------------------------------------------------
+def cmd_demo(args) -> int:
+    from leaky.demo import run_demo
+
+    with contextlib.suppress(KeyboardInterrupt):
+        return run_demo(Console(highlight=False), steps=args.steps or 20, only=args.only)
+    return EXIT_UNUSABLE

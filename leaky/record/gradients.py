@@ -1,0 +1,138 @@
+"""Backward-pass recording: one hook per autograd node, values kept on the device.
+
+For each node the hook sees the gradient arriving from the loss side (`grad_outputs` in
+autograd's naming) and the gradients it sends to its inputs (`grad_inputs`). It records
+their norms and, for elementwise nodes, how many elements were nonzero before and after,
+as 0-d device tensors in a per-step list. `StepBuffer.flush` stacks them and copies them to
+the host once per step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """Host-side description of one hook call; its numbers sit in the value list."""
+
+    site: int
+    seq: int            # creation order of the node: forward order, recurrence time order
+    offset: int         # where its values start in the step's value list
+    n_in: int           # gradients arriving
+    n_act: int          # gradients sent to other nodes (activations)
+    n_param: int        # gradients sent to parameters (AccumulateGrad)
+    counted: bool       # whether nonzero counts were taken (elementwise node)
+    numel_in: int
+
+
+class StepBuffer:
+    """Device values of the current step plus their host-side layout."""
+
+    def __init__(self) -> None:
+        self.values: list[Tensor] = []
+        self.records: list[NodeRecord] = []
+        self.forward_flags: list[tuple[int, Tensor]] = []   # (site, all-finite flag)
+        self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
+
+    def __len__(self) -> int:
+        return len(self.records) + len(self.forward_flags) + len(self.extras)
+
+    def flush(self) -> "HostStep":
+        """The single device-to-host copy of the step."""
+        names = list(self.extras)
+        pieces = self.values + [flag for _, flag in self.forward_flags] + [self.extras[n] for n in names]
+        if pieces:
+            with torch._C.DisableTorchFunction():
+                host = torch.stack([p.reshape(()).to(torch.float64) for p in pieces]).cpu().numpy()
+        else:
+            host = np.zeros(0)
+        start = len(self.values)
+        flags = host[start:start + len(self.forward_flags)]
+        extras = dict(zip(names, host[start + len(self.forward_flags):]))
+        step = HostStep(host[:start], list(self.records), [s for s, _ in self.forward_flags], flags, extras)
+        self.values, self.records, self.forward_flags, self.extras = [], [], [], {}
+        return step
+
+
+@dataclass
+class HostStep:
+    values: np.ndarray
+    records: list[NodeRecord]
+    forward_sites: list[int]
+    forward_finite: np.ndarray
+    extras: dict[str, float]
+
+
+def leads_to_param(node, depth: int = 3) -> bool:
+    """True for AccumulateGrad, and for a short single-input chain (a weight's transpose or
+    view) that ends in one: such nodes carry a parameter's gradient, not an activation's."""
+    if node is None:
+        return False
+    if type(node).__name__ == "AccumulateGrad":
+        return True
+    if depth == 0:
+        return False
+    inputs = [fn for fn, _ in node.next_functions if fn is not None]
+    return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)
+
+
+def _count_nonzero(grad: Tensor) -> Tensor:
+    return torch.count_nonzero(grad)
+
+
+class GradientRecorder:
+    """Registers node hooks and writes what they see into a StepBuffer."""
+
+    def __init__(self, buffer: StepBuffer) -> None:
+        self.buffer = buffer
+        self.handles: list = []
+        self.active = True
+
+    def watch(self, node, site: int) -> None:
+        kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
+        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds))
+        self.handles.append(node.register_hook(hook))
+
+    def remove_all(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def forget_handles(self) -> None:
+        """Graphs of finished steps are gone; their handles need no removal."""
+        self.handles.clear()
+
+    def _on_backward(self, site: int, seq: int, kinds: tuple, grad_inputs, grad_outputs) -> None:
+        if not self.active:
+            return
+        with torch._C.DisableTorchFunction():
+            self._record(site, seq, kinds, grad_inputs, grad_outputs)
+
+    def _record(self, site, seq, kinds, grad_inputs, grad_outputs) -> None:
+        arriving = [g for g in grad_outputs if g is not None]
+        if not arriving:
+            return
+        acts = [g for g, k in zip(grad_inputs, kinds) if k == 1 and g is not None]
+        params = [g for g, k in zip(grad_inputs, kinds) if k == 2 and g is not None]
+        values = self.buffer.values
+        offset = len(values)
+        values.extend(torch._foreach_norm(arriving + acts + params))
+        numel_in = sum(g.numel() for g in arriving)
+        # NOTE: only an elementwise node (one input gradient the same size as the one
+        # arriving) can "set an element's gradient to zero"; for a matmul or a reduction
+        # the element correspondence does not exist.
+        matched = [g for g in acts if g.numel() == numel_in] if len(arriving) == 1 else []
+        counted = bool(matched)
+        if counted:
+            values.append(_count_nonzero(arriving[0]))
+            if len(matched) == 1:
+                values.append(_count_nonzero(matched[0]))
+            else:
+                values.append(torch.stack([_count_nonzero(g) for g in matched]).max())
+        self.buffer.records.append(
+            NodeRecord(site, seq, offset, len(arriving), len(acts), len(params), counted, numel_in))

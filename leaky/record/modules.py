@@ -1,0 +1,111 @@
+"""Which module is running, and what the user calls it.
+
+Global forward pre/post hooks keep a stack of running modules. The first time a module
+runs with an empty stack it is a root: its `named_modules()` give every descendant its
+dotted path. When one program has several roots (a Q-network and its target network), the
+paths are prefixed with the variable that holds each root, found in the caller's frame.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from torch import nn
+from torch.nn.modules import module as module_globals
+from torch.utils.hooks import RemovableHandle
+
+from leaky.record.sites import _is_internal
+
+
+@dataclass
+class ModuleInfo:
+    key: int
+    root: int            # key of its root module
+    path: str            # dotted path from the root's named_modules(); "" for the root
+    type_name: str
+    module: nn.Module
+
+
+class ModuleTracker:
+    """Context manager: tracks the running module and names every module it meets."""
+
+    def __init__(self) -> None:
+        self.infos: list[ModuleInfo] = []
+        self.root_labels: dict[int, str] = {}
+        self._by_id: dict[int, int] = {}
+        self._stack: list[int] = []
+        self._handles: list[RemovableHandle] = []
+
+    # -- lifecycle -----------------------------------------------------------------
+    def __enter__(self) -> "ModuleTracker":
+        self._handles.append(module_globals.register_module_forward_pre_hook(self._pre))
+        self._handles.append(module_globals.register_module_forward_hook(self._post, always_call=True))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._stack.clear()
+
+    # -- queries -------------------------------------------------------------------
+    @property
+    def current(self) -> int | None:
+        return self._stack[-1] if self._stack else None
+
+    def key_of(self, module: nn.Module) -> int:
+        key = self._by_id.get(id(module))
+        if key is None or self.infos[key].module is not module:
+            key = self._register_root(module)
+        return key
+
+    def name(self, key: int | None) -> str | None:
+        """The user-facing dotted path; None outside any module."""
+        if key is None:
+            return None
+        info = self.infos[key]
+        multi = len(self.root_labels) > 1
+        if not multi:
+            return info.path or info.type_name
+        label = self.root_labels[info.root]
+        return f"{label}.{info.path}" if info.path else label
+
+    def parameters(self):
+        """(module key, param name, parameter) for every parameter of every root."""
+        for info in self.infos:
+            if info.key == info.root or info.path:
+                for pname, param in info.module.named_parameters(recurse=False):
+                    yield info.key, pname, param
+
+    # -- hooks ---------------------------------------------------------------------
+    def _pre(self, module: nn.Module, args) -> None:
+        self._stack.append(self.key_of(module))
+
+    def _post(self, module: nn.Module, args, output) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    def _register_root(self, root: nn.Module) -> int:
+        root_key = len(self.infos)
+        self.root_labels[root_key] = _variable_name(root) or type(root).__name__
+        for path, module in root.named_modules():
+            if id(module) in self._by_id and self.infos[self._by_id[id(module)]].module is module:
+                continue  # already named under an earlier root
+            key = len(self.infos)
+            self.infos.append(ModuleInfo(key, root_key, path, type(module).__name__, module))
+            self._by_id[id(module)] = key
+        return self._by_id[id(root)]
+
+
+def _variable_name(module: nn.Module) -> str | None:
+    """The name of a variable (or attribute of self) that holds this module in user code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _is_internal(frame.f_code.co_filename):
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in list(scope.items()):
+                    if value is module and name != "self" and not name.startswith("_"):
+                        return name
+        frame = frame.f_back
+    return None
+

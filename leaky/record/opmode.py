@@ -1,0 +1,88 @@
+"""The forward-side instrument: a TorchFunctionMode that sees every torch call.
+
+For each call that creates autograd nodes it names the site (module, op, source line),
+hooks the new nodes for the backward pass, flags non-finite outputs, updates activation
+statistics, and notes where a gradient path is cut (detach, .data, no_grad). It returns
+the op's own output untouched, so training is unchanged.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+if TYPE_CHECKING:
+    from leaky.record.recorder import Recorder
+
+# Calls that only read metadata: pass straight through.
+_PASS = {"dim", "size", "stride", "numel", "is_contiguous", "data_ptr", "__len__", "__repr__",
+         "__format__", "element_size", "is_floating_point", "is_complex", "storage_offset",
+         "has_names", "__hash__", "__bool__", "__index__", "__iter__", "get_device", "__get__"}
+_CUTS = {"detach": "detach", "detach_": "detach", "numpy": "numpy", "item": "item", "tolist": "tolist"}
+_DATA_GET = torch.Tensor.data.__get__
+
+
+def op_name(func: Any) -> str:
+    name = getattr(func, "__name__", None) or str(func)
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2].lstrip("ir") if name[2:-2] in _REFLECTED else name[2:-2]
+    return name
+
+
+_REFLECTED = {"radd", "rsub", "rmul", "rtruediv", "rmatmul", "rpow", "iadd", "isub", "imul", "itruediv"}
+
+
+def _tensors(out: Any) -> list[Tensor]:
+    if isinstance(out, Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        found = []
+        for item in out:
+            if isinstance(item, Tensor):
+                found.append(item)
+            elif isinstance(item, (tuple, list)):
+                found.extend(t for t in item if isinstance(t, Tensor))
+        return found
+    return []
+
+
+class OpMode(TorchFunctionMode):
+    """Forwards every call unchanged; reports what it saw to the recorder."""
+
+    def __init__(self, recorder: "Recorder") -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.recorder
+        if not rec.observing:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _PASS and func is not _DATA_GET:
+            return func(*args, **kwargs)
+        if func is Tensor.backward:
+            return rec.run_backward(func, args, kwargs)
+        if func is _DATA_GET or name in _CUTS:
+            rec.note_cut("data" if func is _DATA_GET else _CUTS[name], args)
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if not torch.is_grad_enabled():
+            rec.note_no_grad(args)
+            return out
+        outputs = _tensors(out)
+        if outputs:
+            rec.on_op(op_name(func), args, kwargs, outputs)
+        return out
+
+
+def parameters_in(args: tuple) -> list[nn.Parameter]:
+    found = []
+    for a in args:
+        if isinstance(a, nn.Parameter):
+            found.append(a)
+        elif isinstance(a, (tuple, list)):
+            found.extend(p for p in a if isinstance(p, nn.Parameter))
+    return found

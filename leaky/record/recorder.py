@@ -1,0 +1,240 @@
+"""Recorder: owns every instrument for one audit and removes them all on exit.
+
+It counts steps (optimizer steps, or backward calls when no optimizer runs), flushes the
+device-side values once per step into the host-side `StatsBuilder`, and stops observing
+after the configured number of steps.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from torch.optim import optimizer as optim_globals
+
+from leaky.config import AuditConfig
+from leaky.record.activations import ACTIVATIONS, UnitStats, hardtanh_bounds, unit_dim
+from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
+from leaky.record.modules import ModuleTracker
+from leaky.record.opmode import OpMode, parameters_in
+from leaky.record.sites import SiteTable, SourceLocator
+from leaky.stats import AuditStats, CutEvent, StatsBuilder
+
+_MATMULS = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum"}
+# Ops that only select values: an -inf attention mask is intended, not an overflow.
+_SELECTS = {"where", "masked_fill", "masked_fill_"}
+_DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
+
+
+class StopObserving(BaseException):
+    """Raised to end a script after its last observed step (BaseException: user
+    `except Exception` blocks do not swallow it)."""
+
+
+class Recorder:
+    def __init__(self, config: AuditConfig, on_limit: Callable[[], None] | None = None,
+                 on_step: Callable[["Recorder"], None] | None = None) -> None:
+        self.config = config
+        self.on_limit = on_limit
+        self.on_step = on_step
+        self.modules = ModuleTracker()
+        self.sites = SiteTable()
+        self.locator = SourceLocator()
+        self.buffer = StepBuffer()
+        self.grads = GradientRecorder(self.buffer)
+        self.builder = StatsBuilder(self.sites, self.modules, config)
+        self.units: dict[int, UnitStats] = {}
+        self.cuts: dict[tuple, CutEvent] = {}
+        self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.observing = False
+        self.step = 0              # index of the step being recorded
+        self.backward_calls = 0
+        self.saw_optimizer = False
+        self._mark = ("leaky", id(self))
+        self._mode = OpMode(self)
+        self._handles: list = []
+        self._in_backward = False
+
+    # -- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> "Recorder":
+        self.modules.__enter__()
+        self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
+        self._handles.append(optim_globals.register_optimizer_step_post_hook(self._after_opt_step))
+        self._mode.__enter__()
+        self.observing = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.observing = False
+        self.grads.active = False
+        try:
+            self._mode.__exit__(None, None, None)
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles.clear()
+            self.grads.remove_all()
+            self.modules.__exit__()
+        if self.buffer.records:
+            self._flush()
+
+    @property
+    def steps_done(self) -> int:
+        return self.builder.steps
+
+    def finish(self) -> AuditStats:
+        return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
+                                  self.backward_calls)
+
+    # -- forward ---------------------------------------------------------------------
+    def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
+        main = outputs[0].grad_fn
+        if main is None or self._mark in main.metadata:
+            return
+        module = self.modules.current
+        where = self.locator.locate()
+        detail = self._detail(op, args, kwargs)
+        first_site = None
+        stack = [t.grad_fn for t in outputs]
+        while stack:
+            node = stack.pop()
+            if node is None or leads_to_param(node):
+                continue
+            meta = node.metadata
+            if self._mark in meta:
+                continue
+            site = self.sites.intern(op, type(node).__name__, module, where, node._sequence_nr(), detail)
+            meta[self._mark] = site
+            if first_site is None:
+                first_site = site
+            self.grads.watch(node, site)
+            stack.extend(fn for fn, _ in node.next_functions)
+        out = outputs[0]
+        if out.is_floating_point() and op not in _SELECTS:
+            self.buffer.forward_flags.append((first_site, torch.isfinite(out).all()))
+        activation = ACTIVATIONS.get(op)
+        if activation is not None and out.is_floating_point():
+            self._update_units(first_site, activation, out, detail, args)
+        if op in _MATMULS:
+            for param in parameters_in(args):
+                if param.ndim == 2 and param.shape[0] == param.shape[1]:
+                    self.param_uses[id(param)].add(first_site)
+
+    def _detail(self, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+        if op in ("softmax", "log_softmax") and args and isinstance(args[0], Tensor):
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            x = args[0]
+            if dim is None:
+                dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
+            return {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
+        if op == "log" and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
+            return {"input_node": type(args[0].grad_fn).__name__}
+        if op in ("hardtanh", "hardtanh_", "relu6"):
+            low, high = hardtanh_bounds(op, args, kwargs)
+            return {"low": low, "high": high}
+        if op in _DEAD_ZONE_DETAIL:
+            low = kwargs.get("min", args[1] if len(args) > 1 else None)
+            high = kwargs.get("max", args[2] if len(args) > 2 else None)
+            if op == "clamp_max":
+                low, high = None, low
+            return {"low": _plain(low), "high": _plain(high)}
+        return None
+
+    def _update_units(self, site: int, activation, out: Tensor, detail, args) -> None:
+        stats = self.units.get(site)
+        if stats is None:
+            producer = args[0].grad_fn if args and isinstance(args[0], Tensor) else None
+            dim = unit_dim(out, type(producer).__name__ if producer is not None else None)
+            extra = dict(detail or {})
+            extra["flat_share"] = self.config.flat_derivative_share
+            stats = self.units[site] = UnitStats(activation, out.shape[dim] if out.ndim else 1, dim, extra)
+        if out.ndim and out.shape[stats.unit_dim] != stats.units:
+            return  # a differently shaped call at the same line: keep the first shape
+        stats.update(out, self.step)
+
+    # -- cut paths -------------------------------------------------------------------
+    def note_cut(self, kind: str, args: tuple) -> None:
+        if not args or not isinstance(args[0], Tensor) or not args[0].requires_grad:
+            return
+        if not torch.is_grad_enabled() and kind == "detach":
+            return
+        tensor = args[0]
+        producer = self._producer_module(tensor)
+        self._add_cut(kind, producer)
+
+    def note_no_grad(self, args: tuple) -> None:
+        if any(p.requires_grad for p in parameters_in(args)):
+            module = self.modules.current
+            self._add_cut("no_grad", module)
+
+    def _producer_module(self, tensor: Tensor) -> int | None:
+        node = tensor.grad_fn
+        if node is not None:
+            site = node.metadata.get(self._mark)
+            return None if site is None else self.sites.sites[site].module_key
+        if isinstance(tensor, nn.Parameter):
+            return self.builder.module_of_param(tensor)
+        return None
+
+    def _add_cut(self, kind: str, producer: int | None) -> None:
+        where = self.locator.locate()
+        key = (kind, producer, where, self.modules.current)
+        event = self.cuts.get(key)
+        if event is None:
+            self.cuts[key] = CutEvent(kind, producer, self.modules.current, where, self.step)
+
+    # -- backward and steps ----------------------------------------------------------
+    def run_backward(self, func, args, kwargs):
+        if not self.saw_optimizer and self.backward_calls > 0:
+            self._end_step()
+            if not self.observing:
+                return func(*args, **kwargs)
+        loss = args[0] if args else None
+        if isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point():
+            self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
+        self.backward_calls += 1
+        return func(*args, **kwargs)
+
+    def _before_opt_step(self, optimizer, args, kwargs) -> None:
+        if not self.observing:
+            return
+        if optimizer not in self.optimizers:
+            self.optimizers.append(optimizer)
+            self.builder.note_optimizer(optimizer)
+        self.saw_optimizer = True
+        self._in_step = True
+        self.observing = False   # the optimizer's own ops are not the model's
+
+    def _after_opt_step(self, optimizer, args, kwargs) -> None:
+        if getattr(self, "_in_step", False):
+            self._in_step = False
+            self.observing = True
+            self._end_step()
+
+    def _end_step(self) -> None:
+        if not self.backward_calls:
+            return
+        self._flush()
+        self.step += 1
+        if self.on_step is not None:
+            self.on_step(self)
+        limit = self.config.steps
+        if limit is not None and self.builder.steps >= limit:
+            self.observing = False
+            self.grads.active = False
+            if self.on_limit is not None:
+                self.on_limit()
+
+    def _flush(self) -> None:
+        grads = self.builder.collect_param_grads(self.buffer)
+        host = self.buffer.flush()
+        self.builder.add_step(self.step, host, grads)
+        self.grads.forget_handles()
+
+
+def _plain(value):
+    if isinstance(value, Tensor):
+        return None  # a tensor bound: reading it would sync the device
+    return value

@@ -1,0 +1,72 @@
+"""Recurrences: a weight applied again and again across time steps.
+
+Backprop through time multiplies the gradient by the recurrent Jacobian once per step,
+dL/dh_{t-1} = W_hh^T diag(f'(a_t)) dL/dh_t, so its size after k steps scales like
+rho(W_hh)^k (the spectral radius), damped by the activation's derivative. Two sources:
+`nn.RNN/GRU/LSTM` modules (their `weight_hh_l{k}`), and hand-written loops in which one
+square parameter feeds a matmul at the same site many times per step.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from leaky.stats import OpStats, RecurrenceStats
+
+_STEP_NODES = ("TanhBackward0", "ReluBackward0")
+
+
+def spectral_radius(weight: torch.Tensor, blocks: int = 1) -> float:
+    """Largest |eigenvalue| of the (block of the) recurrent matrix; max over gate blocks."""
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        w = weight.detach().to("cpu", torch.float64)
+        if not torch.isfinite(w).all():
+            return float("nan")
+        radii = [torch.linalg.eigvals(block).abs().max().item() for block in w.chunk(blocks, dim=0)]
+    return max(radii)
+
+
+def _module_recurrences(modules, by_site: dict[int, OpStats]):
+    for info in modules.infos:
+        module = info.module
+        if not isinstance(module, nn.RNNBase):
+            continue
+        name = modules.name(info.key)
+        kind = module.mode.lower()
+        gated = kind in ("lstm", "gru")
+        blocks = {"lstm": 4, "gru": 3}.get(kind, 1)
+        chunks = module.num_layers * (2 if module.bidirectional else 1)
+        step_ops = [op for op in by_site.values() if op.module_key == info.key and op.node in _STEP_NODES
+                    and op.profile]
+        profile = step_ops[0].profile if step_ops else None
+        for layer in range(module.num_layers):
+            weight = getattr(module, f"weight_hh_l{layer}")
+            layer_profile = None
+            if profile is not None and len(profile) % chunks == 0:
+                size = len(profile) // chunks
+                start = layer * (2 if module.bidirectional else 1) * size
+                layer_profile = tuple(profile[start:start + size])
+            yield RecurrenceStats(name, f"weight_hh_l{layer}", kind, gated,
+                                  spectral_radius(weight, blocks), layer_profile,
+                                  step_ops[0] if step_ops else None)
+
+
+def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], owners: dict):
+    for pid, sites in param_uses.items():
+        owner = owners.get(pid)
+        if owner is None:
+            continue
+        key, pname, param = owner
+        if isinstance(modules.infos[key].module, nn.RNNBase):
+            continue
+        for site in sites:
+            op = by_site.get(site)
+            if op is None or not op.profile or op.occurrences < 2:
+                continue
+            yield RecurrenceStats(modules.name(key), pname, "loop", False, spectral_radius(param),
+                                  op.profile, op)
+
+
+def find_recurrences(modules, param_uses, by_site, owners):
+    yield from _module_recurrences(modules, by_site)
+    yield from _loop_recurrences(modules, param_uses, by_site, owners)

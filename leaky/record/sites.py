@@ -1,0 +1,80 @@
+"""Sites: a place in the user's program where an op runs, stable across steps.
+
+A site is (module, op, autograd node, source file, source line). The same `torch.tanh` in a
+loop over time steps is one site with many occurrences per step, which is how leaky sees a
+hand-written recurrence.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_LEAKY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Built-in examples live inside the package but are user code for attribution.
+_LEAKY_USER_DIRS = (os.path.join(_LEAKY_DIR, "zoo"),)
+
+
+def _is_internal(filename: str) -> bool:
+    if filename.startswith(_TORCH_DIR):
+        return True
+    if filename.startswith(_LEAKY_DIR):
+        return not filename.startswith(_LEAKY_USER_DIRS)
+    return filename.startswith("<frozen") or "/typing_extensions" in filename
+
+
+class SourceLocator:
+    """Finds the first frame outside torch and leaky. Caches the verdict per code object."""
+
+    def __init__(self) -> None:
+        self._internal: dict[Any, bool] = {}
+
+    def locate(self) -> tuple[str, int] | None:
+        frame = sys._getframe(1)
+        internal = self._internal
+        while frame is not None:
+            code = frame.f_code
+            verdict = internal.get(code)
+            if verdict is None:
+                verdict = internal[code] = _is_internal(code.co_filename)
+            if not verdict:
+                return code.co_filename, frame.f_lineno
+            frame = frame.f_back
+        return None
+
+
+@dataclass
+class Site:
+    """A recorded place: what ran, inside which module, from which line."""
+
+    index: int
+    op: str                      # the torch function the user called, e.g. "clamp"
+    node: str                    # the autograd node class, e.g. "ClampBackward1"
+    module_key: int | None       # index into the module table, None outside any module
+    file: str | None
+    line: int | None
+    first_seq: int               # creation order of its first node: forward order
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class SiteTable:
+    """Interns sites so per-step records carry one small integer."""
+
+    def __init__(self) -> None:
+        self.sites: list[Site] = []
+        self._index: dict[tuple, int] = {}
+
+    def intern(self, op: str, node: str, module_key: int | None, where: tuple[str, int] | None,
+               seq: int, detail: dict[str, Any] | None = None) -> int:
+        key = (op, node, module_key, where)
+        index = self._index.get(key)
+        if index is None:
+            index = len(self.sites)
+            file, line = where if where is not None else (None, None)
+            self.sites.append(Site(index, op, node, module_key, file, line, seq, dict(detail or {})))
+            self._index[key] = index
+        return index

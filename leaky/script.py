@@ -1,0 +1,92 @@
+"""Run a user's script unmodified, as `python SCRIPT args` would, under an audit.
+
+The script runs as `__main__` with its own `sys.argv` and its directory first on
+`sys.path`. After the configured number of steps leaky raises `StopObserving` (a
+BaseException, so `except Exception` in the script does not swallow it) and reports.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+
+from leaky.audit import Audit
+from leaky.config import AuditConfig
+from leaky.record.recorder import StopObserving
+from leaky.record.sites import _is_internal
+
+
+class ScriptError(Exception):
+    """The script could not be run at all: a one-line reason for the user."""
+
+
+@dataclass
+class ScriptRun:
+    audit: Audit
+    status: str                 # "finished" | "stopped" | "failed" | "interrupted" | "exited"
+    error: str | None = None    # one line: the script's exception, if it raised
+    exit_code: int | None = None
+
+
+def check_script(path: str) -> str:
+    """Compile the script so a missing file or a syntax error is a one-line error."""
+    if not os.path.exists(path):
+        raise ScriptError(f"cannot run {path}: no such file")
+    if os.path.isdir(path):
+        raise ScriptError(f"cannot run {path}: it is a directory, give the training script's .py file")
+    try:
+        with open(path, "rb") as handle:
+            source = handle.read()
+    except OSError as exc:
+        raise ScriptError(f"cannot read {path}: {exc.strerror}") from None
+    if b"\x00" in source[:4096]:
+        raise ScriptError(f"cannot run {path}: it is not a Python source file")
+    try:
+        compile(source, path, "exec")
+    except SyntaxError as exc:
+        raise ScriptError(f"cannot run {path}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise ScriptError(f"cannot run {path}: {exc}") from None
+    return os.path.abspath(path)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`Type: message (file:line)` at the innermost frame of the user's code."""
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not _is_internal(frame.filename) and frame.filename != __file__ and "runpy" not in frame.filename:
+            where = f" ({os.path.relpath(frame.filename)}:{frame.lineno})"
+            break
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}{where}"
+
+
+def _stop() -> None:
+    raise StopObserving()
+
+
+def run_script(path: str, args: list[str], config: AuditConfig, on_step=None) -> ScriptRun:
+    script = check_script(path)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    audit = Audit(config=config, on_limit=_stop, on_step=on_step)
+    run = ScriptRun(audit, "finished")
+    try:
+        with audit:
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except StopObserving:
+                run.status = "stopped"
+            except SystemExit as exc:
+                run.status, run.exit_code = "exited", exc.code if isinstance(exc.code, int) else 1
+            except KeyboardInterrupt:
+                run.status, run.error = "interrupted", "KeyboardInterrupt"
+            except Exception as exc:  # the script's own failure: report what was observed
+                run.status, run.error = "failed", describe_exception(exc)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    audit.run_info.update({"script": script, "argv": list(args), "status": run.status, "error": run.error})
+    return run

@@ -1,0 +1,273 @@
+"""Broken examples after Karpathy's "Yes you should understand backprop" (2016).
+
+Saturated sigmoids, ReLUs killed by a large learning rate, an exploding vanilla RNN and
+the clamped DQN loss. Each is a small, deterministic model on synthetic data; the
+comment ``# LK1xx-...`` marks the line where leaky must point.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leaky.zoo._base import Example, Expect, batches, data_generator, teacher_classification
+
+FILE = __file__
+
+
+# ---------------------------------------------------------------------------------------
+# sigmoid-big-init: the first sigmoid layer sits in its flat tails
+# ---------------------------------------------------------------------------------------
+
+class SigmoidMLP(nn.Module):
+    """20 -> 64 -> 64 -> 64 -> 10 with sigmoid activations as named submodules."""
+
+    def __init__(self, d_in: int = 20, width: int = 64, classes: int = 10) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.act1 = nn.Sigmoid()
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.Sigmoid()
+        self.fc3 = nn.Linear(width, width)
+        self.act3 = nn.Sigmoid()
+        self.fc4 = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act1(x)  # LK101-act1
+        x = self.fc2(x)
+        x = self.act2(x)
+        x = self.fc3(x)
+        x = self.act3(x)
+        x = self.fc4(x)
+        return x
+
+
+def raw_features(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-labelled data, returned in "raw units": per-feature offsets and scales.
+
+    ``(x - mean) / std`` recovers standardised inputs; the broken example skips that.
+    """
+    x, y = teacher_classification(n, 20, 10, gen)
+    offset = (torch.rand(20, generator=gen) * 2 - 1) * 10.0
+    scale = 1.0 + torch.rand(20, generator=gen) * 4.0
+    return x * scale + offset, y
+
+
+def run_sigmoid_big_init(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = SigmoidMLP()
+    nn.init.normal_(model.fc1.weight, mean=0.0, std=5.0)   # "bigger init, faster learning"
+    gen = data_generator(seed)
+    x_all, y_all = raw_features(512, gen)                   # not standardised
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# relu-high-lr: one huge SGD step pushes most first-layer units below zero for good
+# ---------------------------------------------------------------------------------------
+
+class ReluMLP(nn.Module):
+    """20 -> 128 -> 128 -> 10 with ReLU activations as named submodules."""
+
+    def __init__(self, d_in: int = 20, width: int = 128, classes: int = 10) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.ReLU()
+        self.fc3 = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act1(x)  # LK102-act1
+        x = self.fc2(x)
+        x = self.act2(x)
+        x = self.fc3(x)
+        return x
+
+
+RELU_HIGH_LR = 30.0
+
+
+def run_relu_high_lr(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = ReluMLP()
+    gen = data_generator(seed)
+    x_all, y_all = teacher_classification(512, 20, 10, gen)
+    opt = torch.optim.SGD(model.parameters(), lr=RELU_HIGH_LR)   # far too large
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# rnn-exploding: vanilla tanh RNN whose recurrent matrix amplifies by 1.8 per step
+# ---------------------------------------------------------------------------------------
+
+class RNNClassifier(nn.Module):
+    """nn.RNN (tanh) over the sequence, a linear head on the LAST hidden state."""
+
+    def __init__(self, d_in: int = 8, hidden: int = 32, classes: int = 4) -> None:
+        super().__init__()
+        self.rnn = nn.RNN(d_in, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)  # LK105-rnn
+        last = out[:, -1]
+        return self.head(last)
+
+
+def sequence_task(n: int, seq: int, d_in: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of noise; the label is the quadrant of the sum of two early features."""
+    x = torch.randn(n, seq, d_in, generator=gen)
+    s = x[:, :5, :2].sum(dim=1)
+    y = (s[:, 0] > 0).long() * 2 + (s[:, 1] > 0).long()
+    return x, y
+
+
+RNN_RADIUS = 1.8
+RNN_INPUT_SCALE = 0.1
+
+
+def run_rnn_exploding(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = RNNClassifier()
+    with torch.no_grad():
+        nn.init.orthogonal_(model.rnn.weight_hh_l0)
+        model.rnn.weight_hh_l0.mul_(RNN_RADIUS)        # spectral radius 1.8
+        model.rnn.weight_ih_l0.mul_(RNN_INPUT_SCALE)   # small drive: tanh mostly linear
+    gen = data_generator(seed)
+    x_all, y_all = sequence_task(256, 40, 8, gen)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(256, 16, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# dqn-clamped-td: "clip the TD error to [-1, 1]" written as a clamp on the loss input
+# ---------------------------------------------------------------------------------------
+
+class QNet(nn.Module):
+    """8 -> 64 -> 64 -> 4 action values."""
+
+    def __init__(self, d_state: int = 8, width: int = 64, actions: int = 4) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_state, width)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.ReLU()
+        self.fc3 = nn.Linear(width, actions)
+
+    def forward(self, s):
+        h = self.fc1(s)
+        h = self.act1(h)
+        h = self.fc2(h)
+        h = self.act2(h)
+        return self.fc3(h)
+
+
+def transitions(n: int, gen: torch.Generator, reward_std: float = 10.0):
+    """A replay buffer of synthetic transitions (s, a, r, s', done)."""
+    s = torch.randn(n, 8, generator=gen)
+    a = torch.randint(0, 4, (n,), generator=gen)
+    r = torch.randn(n, generator=gen) * reward_std + s[:, 0] * 2.0
+    s2 = torch.randn(n, 8, generator=gen)
+    done = (torch.rand(n, generator=gen) < 0.1).float()
+    return s, a, r, s2, done
+
+
+GAMMA = 0.99
+
+
+def run_dqn_clamped_td(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    qnet = QNet()
+    target_net = copy.deepcopy(qnet)
+    gen = data_generator(seed)
+    s_all, a_all, r_all, s2_all, done_all = transitions(1024, gen)
+    opt = torch.optim.Adam(qnet.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(1024, 64, step)
+        s, a, r, s2, done = s_all[rows], a_all[rows], r_all[rows], s2_all[rows], done_all[rows]
+        opt.zero_grad()
+        q = qnet(s).gather(1, a[:, None]).squeeze(1)
+        with torch.no_grad():
+            next_q = target_net(s2).max(dim=1).values
+            target = r + GAMMA * (1.0 - done) * next_q
+        td = q - target
+        td = torch.clamp(td, -1.0, 1.0)  # LK106-clamp
+        loss = td.pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+EXAMPLES = [
+    Example(
+        name="sigmoid-big-init",
+        title="Sigmoid MLP, first layer N(0, 5^2) on raw unscaled inputs: act1 saturates, gradient vanishes",
+        run=run_sigmoid_big_init,
+        expect=(Expect("LK101", "act1", "LK101-act1"), Expect("LK103", None, None)),
+        healthy=False,
+        fixed_by="sigmoid-xavier",
+        file=FILE,
+    ),
+    Example(
+        name="relu-high-lr",
+        title="ReLU MLP trained with SGD lr=30: the first steps kill most units of act1 for good",
+        run=run_relu_high_lr,
+        expect=(Expect("LK102", "act1", "LK102-act1"),),
+        healthy=False,
+        fixed_by="relu-mlp",
+        file=FILE,
+    ),
+    Example(
+        name="rnn-exploding",
+        title="Vanilla tanh RNN, recurrent matrix orthogonal x 1.8, loss on the last step: BPTT explodes",
+        run=run_rnn_exploding,
+        expect=(Expect("LK105", "rnn", "LK105-rnn"),),
+        healthy=False,
+        fixed_by="rnn-clipped-orthogonal",
+        file=FILE,
+    ),
+    Example(
+        name="dqn-clamped-td",
+        title="DQN whose TD error is clamped to [-1, 1] before squaring: large errors get zero gradient",
+        run=run_dqn_clamped_td,
+        expect=(Expect("LK106", None, "LK106-clamp"),),
+        healthy=False,
+        fixed_by="dqn-huber",
+        file=FILE,
+    ),
+]
