@@ -52,7 +52,8 @@ class Audit:
             raise RuntimeError("the audit is still running: read .report after the `with` block ends")
         if self._report is None:
             run = {"steps": self.stats.steps, "backward_calls": self.stats.backward_calls,
-                   "used_optimizer": self.stats.used_optimizer, **self.run_info}
+                   "used_optimizer": self.stats.used_optimizer, "losses": list(self.stats.losses),
+                   **self.run_info}
             self._report = build_report(self.stats, run_all(self.stats, self.config), run)
         return self._report
 

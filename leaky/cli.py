@@ -92,6 +92,11 @@ class _Progress:
         self.live.update(Text(f"leaky: step {builder.steps}{total}{loss}{norm}", style="dim"))
 
 
+def _error(text: str) -> None:
+    """One unwrapped line on stderr: scripts and people both read it."""
+    print(f"leaky: {text}", file=sys.stderr)
+
+
 def _fails(report, fail_on: str) -> bool:
     if fail_on == "never":
         return False
@@ -99,7 +104,7 @@ def _fails(report, fail_on: str) -> bool:
     return any(f.severity.rank >= floor for f in report.findings)
 
 
-def _write_json(report, path: str, err: Console) -> bool:
+def _write_json(report, path: str) -> bool:
     text = report.to_json()
     if path == "-":
         sys.stdout.write(text + "\n")
@@ -108,7 +113,7 @@ def _write_json(report, path: str, err: Console) -> bool:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text + "\n")
     except OSError as exc:
-        err.print(Text(f"leaky: cannot write the JSON report to {path}: {exc.strerror}", style="red"))
+        _error(f"cannot write the JSON report to {path}: {exc.strerror}")
         return False
     return True
 
@@ -125,20 +130,20 @@ def cmd_audit(args) -> int:
         with _Progress(err, args.steps) as progress:
             run = run_script(args.script, script_args, config, on_step=progress.on_step)
     except ScriptError as exc:
-        err.print(Text(f"leaky: {exc}", style="red"))
+        _error(str(exc))
         return EXIT_UNUSABLE
     report = run.audit.report
     if run.audit.stats.backward_calls == 0:
         reason = f" (the script stopped: {run.error})" if run.error else ""
-        err.print(Text(f"leaky: no backward pass was observed in {args.script}{reason}; nothing to audit. "
-                       "Does the script call loss.backward()?", style="red"))
+        _error(f"no backward pass was observed in {args.script}{reason}; nothing to audit. "
+               "Does the script call loss.backward()?")
         if args.json:
-            _write_json(report, args.json, err)
+            _write_json(report, args.json)
         return EXIT_UNUSABLE
     print_report(report, out, table=not args.no_table)
     if run.error:
         out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
-    if args.json and not _write_json(report, args.json, err):
+    if args.json and not _write_json(report, args.json):
         return EXIT_UNUSABLE
     return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
 
@@ -154,7 +159,7 @@ def cmd_explain(args) -> int:
     try:
         console.print(page(args.check))
     except KeyError as exc:
-        Console(stderr=True).print(Text(f"leaky: {exc.args[0]}", style="red"))
+        _error(exc.args[0])
         return EXIT_UNUSABLE
     return EXIT_OK
 

@@ -273,7 +273,7 @@ class StatsBuilder:
     def _forward_nonfinite(self, step: int, host: HostStep) -> None:
         if "forward" in self.nonfinite or not len(host.forward_finite):
             return
-        bad = np.flatnonzero(host.forward_finite == 0)
+        bad = np.flatnonzero(~np.isfinite(host.forward_finite))
         if len(bad):
             self.nonfinite["forward"] = (step, host.forward_sites[int(bad[0])], "non-finite")
 

@@ -42,13 +42,20 @@ _GENERIC = ("an op produced a non-finite value", "Check this op's inputs for ext
 @register("LK107", "non-finite", "the first op, forward or backward, that produced NaN/Inf")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     events = {event.phase: event for event in stats.nonfinite}
-    loss_bad = any(not math.isfinite(loss) for loss in stats.losses)
     backward, forward = events.get("backward"), events.get("forward")
-    findings = []
-    if backward is not None:
-        findings.append(_finding(backward, forward, "backward"))
-    if forward is not None and loss_bad and (backward is None or _place(forward) != _place(backward)):
-        findings.append(_finding(forward, None, "forward"))
+    loss_bad = any(not math.isfinite(loss) for loss in stats.losses)
+    if forward is not None and backward is None and not loss_bad:
+        forward = None   # e.g. an -inf that a later op masked: it never reached the loss
+    ordered = sorted((e for e in (forward, backward) if e is not None),
+                     key=lambda e: (e.step, e.phase == "backward"))
+    if not ordered:
+        return []
+    first = ordered[0]
+    other = ordered[1] if len(ordered) > 1 else None
+    same_place = other is not None and _place(other) == _place(first)
+    findings = [_finding(first, other if same_place else None)]
+    if other is not None and not same_place and other.step == first.step:
+        findings.append(_finding(other, None))
     return findings
 
 
@@ -56,17 +63,19 @@ def _place(event: NonFinite):
     return event.op.module, event.op.source
 
 
-def _finding(event: NonFinite, forward: NonFinite | None, phase: str) -> Finding:
+def _finding(event: NonFinite, twin: NonFinite | None) -> Finding:
     op = event.op
     math_line, fix = _explain(op)
     value = event.value if event.value in ("nan", "inf") else "NaN/Inf"
+    phase = event.phase
     if phase == "backward":
         message = (f"the backward pass of {op.op} ({op.node}) turned a finite incoming gradient into "
                    f"{value} at step {event.step}: {math_line}.")
-        if forward is not None and _place(forward) == _place(event):
-            message += " Its forward output was already non-finite where it was masked."
     else:
         message = f"{op.op} produced the first non-finite forward value at step {event.step}: {math_line}."
+    if twin is not None:
+        other = "forward output" if twin.phase == "forward" else "backward pass"
+        message += f" Its {other} was non-finite too (step {twin.step})."
     evidence = {"phase": phase, "node": op.node, "value": value, "step": event.step}
     return Finding("non-finite", "LK107", Severity.ERROR, message, fix, op.module, op.op, op.source,
                    event.step, evidence)

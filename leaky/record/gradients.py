@@ -36,7 +36,7 @@ class StepBuffer:
     def __init__(self) -> None:
         self.values: list[Tensor] = []
         self.records: list[NodeRecord] = []
-        self.forward_flags: list[tuple[int, Tensor]] = []   # (site, all-finite flag)
+        self.forward_flags: list[tuple[int, Tensor]] = []   # (site, norm of the output)
         self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
 
     def __len__(self) -> int:
@@ -48,7 +48,7 @@ class StepBuffer:
         pieces = self.values + [flag for _, flag in self.forward_flags] + [self.extras[n] for n in names]
         if pieces:
             with torch._C.DisableTorchFunction():
-                host = torch.stack([p.reshape(()).to(torch.float64) for p in pieces]).cpu().numpy()
+                host = torch.stack(pieces).cpu().double().numpy()
         else:
             host = np.zeros(0)
         start = len(self.values)
@@ -64,7 +64,7 @@ class HostStep:
     values: np.ndarray
     records: list[NodeRecord]
     forward_sites: list[int]
-    forward_finite: np.ndarray
+    forward_finite: np.ndarray     # forward output norms: non-finite where an output was
     extras: dict[str, float]
 
 
@@ -85,6 +85,23 @@ def _count_nonzero(grad: Tensor) -> Tensor:
     return torch.count_nonzero(grad)
 
 
+# Node classes whose local derivative can be exactly 0 on some elements. Only these get
+# their nonzero elements counted: for an add, a view or a matmul the count is wasted work.
+_ZEROING = ("Relu", "Threshold", "Hardtanh", "Clamp", "Where", "MaskedFill", "Round", "Floor", "Ceil",
+            "Trunc", "Sign", "Sgn", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Mul", "Abs", "Maximum",
+            "Minimum", "NativeDropout", "Dropout", "Elu", "LeakyRelu", "Hardsigmoid", "Hardswish",
+            "Index", "Gather")
+_can_zero_cache: dict[type, bool] = {}
+
+
+def can_zero(node) -> bool:
+    kind = type(node)
+    verdict = _can_zero_cache.get(kind)
+    if verdict is None:
+        verdict = _can_zero_cache[kind] = kind.__name__.startswith(_ZEROING)
+    return verdict
+
+
 class GradientRecorder:
     """Registers node hooks and writes what they see into a StepBuffer."""
 
@@ -95,7 +112,7 @@ class GradientRecorder:
 
     def watch(self, node, site: int) -> None:
         kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
-        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds))
+        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node))
         self.handles.append(node.register_hook(hook))
 
     def remove_all(self) -> None:
@@ -107,13 +124,13 @@ class GradientRecorder:
         """Graphs of finished steps are gone; their handles need no removal."""
         self.handles.clear()
 
-    def _on_backward(self, site: int, seq: int, kinds: tuple, grad_inputs, grad_outputs) -> None:
+    def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, grad_inputs, grad_outputs) -> None:
         if not self.active:
             return
         with torch._C.DisableTorchFunction():
-            self._record(site, seq, kinds, grad_inputs, grad_outputs)
+            self._record(site, seq, kinds, zeroing, grad_inputs, grad_outputs)
 
-    def _record(self, site, seq, kinds, grad_inputs, grad_outputs) -> None:
+    def _record(self, site, seq, kinds, zeroing, grad_inputs, grad_outputs) -> None:
         arriving = [g for g in grad_outputs if g is not None]
         if not arriving:
             return
@@ -126,7 +143,7 @@ class GradientRecorder:
         # NOTE: only an elementwise node (one input gradient the same size as the one
         # arriving) can "set an element's gradient to zero"; for a matmul or a reduction
         # the element correspondence does not exist.
-        matched = [g for g in acts if g.numel() == numel_in] if len(arriving) == 1 else []
+        matched = [g for g in acts if g.numel() == numel_in] if zeroing and len(arriving) == 1 else []
         counted = bool(matched)
         if counted:
             values.append(_count_nonzero(arriving[0]))

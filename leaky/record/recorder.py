@@ -55,7 +55,7 @@ class Recorder:
         self._mark = ("leaky", id(self))
         self._mode = OpMode(self)
         self._handles: list = []
-        self._in_backward = False
+        self._mode_on = False
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -63,6 +63,7 @@ class Recorder:
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
         self._handles.append(optim_globals.register_optimizer_step_post_hook(self._after_opt_step))
         self._mode.__enter__()
+        self._mode_on = True
         self.observing = True
         return self
 
@@ -70,7 +71,9 @@ class Recorder:
         self.observing = False
         self.grads.active = False
         try:
-            self._mode.__exit__(None, None, None)
+            if self._mode_on:
+                self._mode.__exit__(None, None, None)
+                self._mode_on = False
         finally:
             for handle in self._handles:
                 handle.remove()
@@ -113,7 +116,9 @@ class Recorder:
             stack.extend(fn for fn, _ in node.next_functions)
         out = outputs[0]
         if out.is_floating_point() and op not in _SELECTS:
-            self.buffer.forward_flags.append((first_site, torch.isfinite(out).all()))
+            # NOTE: one reduction per op; the norm is non-finite iff some element is (or the
+            # sum of squares overflows float32, which only values near overflow reach).
+            self.buffer.forward_flags.append((first_site, torch.linalg.vector_norm(out.detach(), dtype=torch.float32)))
         activation = ACTIVATIONS.get(op)
         if activation is not None and out.is_floating_point():
             self._update_units(first_site, activation, out, detail, args)
@@ -206,12 +211,26 @@ class Recorder:
         self.saw_optimizer = True
         self._in_step = True
         self.observing = False   # the optimizer's own ops are not the model's
+        self._suspend_mode()
 
     def _after_opt_step(self, optimizer, args, kwargs) -> None:
         if getattr(self, "_in_step", False):
             self._in_step = False
+            self._resume_mode()
             self.observing = True
             self._end_step()
+
+    def _suspend_mode(self) -> None:
+        """Leave the optimizer's many small ops alone: pop our mode if it is on top."""
+        stack = torch._C._len_torch_function_stack()
+        if self._mode_on and stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
+            self._mode.__exit__(None, None, None)
+            self._mode_on = False
+
+    def _resume_mode(self) -> None:
+        if not self._mode_on:
+            self._mode.__enter__()
+            self._mode_on = True
 
     def _end_step(self) -> None:
         if not self.backward_calls:

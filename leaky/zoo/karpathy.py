@@ -76,7 +76,9 @@ def run_sigmoid_big_init(steps: int = 20, seed: int = 0) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------
-# relu-high-lr: one huge SGD step pushes most first-layer units below zero for good
+# relu-high-lr: one huge SGD step pushes most first-layer units below zero for good.
+# With un-centred inputs the step moves w.x + b the same way for every sample, so a unit
+# pushed down is below zero on the whole dataset and never receives a gradient again.
 # ---------------------------------------------------------------------------------------
 
 class ReluMLP(nn.Module):
@@ -99,7 +101,7 @@ class ReluMLP(nn.Module):
         return x
 
 
-RELU_HIGH_LR = 30.0
+RELU_HIGH_LR = 10.0
 
 
 def run_relu_high_lr(steps: int = 20, seed: int = 0) -> list[float]:
@@ -107,6 +109,7 @@ def run_relu_high_lr(steps: int = 20, seed: int = 0) -> list[float]:
     model = ReluMLP()
     gen = data_generator(seed)
     x_all, y_all = teacher_classification(512, 20, 10, gen)
+    x_all = x_all + 1.0                                        # un-centred features (mean 1)
     opt = torch.optim.SGD(model.parameters(), lr=RELU_HIGH_LR)   # far too large
     losses = []
     for step in range(steps):
@@ -121,7 +124,7 @@ def run_relu_high_lr(steps: int = 20, seed: int = 0) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------
-# rnn-exploding: vanilla tanh RNN whose recurrent matrix amplifies by 1.8 per step
+# rnn-exploding: vanilla tanh RNN whose recurrent matrix amplifies by 2.0 per step
 # ---------------------------------------------------------------------------------------
 
 class RNNClassifier(nn.Module):
@@ -146,8 +149,9 @@ def sequence_task(n: int, seq: int, d_in: int, gen: torch.Generator) -> tuple[to
     return x, y
 
 
-RNN_RADIUS = 1.8
+RNN_RADIUS = 2.0
 RNN_INPUT_SCALE = 0.1
+RNN_LR = 1e-4
 
 
 def run_rnn_exploding(steps: int = 20, seed: int = 0) -> list[float]:
@@ -155,11 +159,13 @@ def run_rnn_exploding(steps: int = 20, seed: int = 0) -> list[float]:
     model = RNNClassifier()
     with torch.no_grad():
         nn.init.orthogonal_(model.rnn.weight_hh_l0)
-        model.rnn.weight_hh_l0.mul_(RNN_RADIUS)        # spectral radius 1.8
+        model.rnn.weight_hh_l0.mul_(RNN_RADIUS)        # spectral radius 2.0
         model.rnn.weight_ih_l0.mul_(RNN_INPUT_SCALE)   # small drive: tanh mostly linear
+        model.rnn.bias_ih_l0.zero_()
+        model.rnn.bias_hh_l0.zero_()
     gen = data_generator(seed)
     x_all, y_all = sequence_task(256, 40, 8, gen)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(model.parameters(), lr=RNN_LR)
     losses = []
     for step in range(steps):
         rows = batches(256, 16, step)
@@ -195,11 +201,15 @@ class QNet(nn.Module):
         return self.fc3(h)
 
 
-def transitions(n: int, gen: torch.Generator, reward_std: float = 10.0):
-    """A replay buffer of synthetic transitions (s, a, r, s', done)."""
+def transitions(n: int, gen: torch.Generator, reward_scale: float = 10.0):
+    """A replay buffer of synthetic transitions (s, a, r, s', done).
+
+    The reward is a learnable function of (s, a) of scale 10 plus unit noise, so most TD
+    errors start far outside [-1, 1].
+    """
     s = torch.randn(n, 8, generator=gen)
     a = torch.randint(0, 4, (n,), generator=gen)
-    r = torch.randn(n, generator=gen) * reward_std + s[:, 0] * 2.0
+    r = reward_scale * torch.tanh(s.gather(1, a[:, None]).squeeze(1)) + torch.randn(n, generator=gen)
     s2 = torch.randn(n, 8, generator=gen)
     done = (torch.rand(n, generator=gen) < 0.1).float()
     return s, a, r, s2, done
@@ -214,7 +224,7 @@ def run_dqn_clamped_td(steps: int = 20, seed: int = 0) -> list[float]:
     target_net = copy.deepcopy(qnet)
     gen = data_generator(seed)
     s_all, a_all, r_all, s2_all, done_all = transitions(1024, gen)
-    opt = torch.optim.Adam(qnet.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(qnet.parameters(), lr=1e-2)
     losses = []
     for step in range(steps):
         rows = batches(1024, 64, step)
@@ -245,7 +255,7 @@ EXAMPLES = [
     ),
     Example(
         name="relu-high-lr",
-        title="ReLU MLP trained with SGD lr=30: the first steps kill most units of act1 for good",
+        title="ReLU MLP, un-centred inputs, SGD lr=10: the first steps kill most units of act1 for good",
         run=run_relu_high_lr,
         expect=(Expect("LK102", "act1", "LK102-act1"),),
         healthy=False,
@@ -254,7 +264,7 @@ EXAMPLES = [
     ),
     Example(
         name="rnn-exploding",
-        title="Vanilla tanh RNN, recurrent matrix orthogonal x 1.8, loss on the last step: BPTT explodes",
+        title="Vanilla tanh RNN, recurrent matrix orthogonal x 2.0, loss on the last step: BPTT explodes",
         run=run_rnn_exploding,
         expect=(Expect("LK105", "rnn", "LK105-rnn"),),
         healthy=False,

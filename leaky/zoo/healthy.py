@@ -1,0 +1,524 @@
+"""Healthy examples: well set-up models that train and must produce no warning or error.
+
+Several are the fixes of broken examples (same network, the cause removed); the others are
+traps for false positives: BatchNorm CNNs, LSTM gates, -inf causal masks, detached target
+networks, frozen backbones, clamps under no_grad, sigmoid used only for a metric.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leaky.zoo._base import Example, batches, data_generator, teacher_classification
+from leaky.zoo.karpathy import GAMMA, QNet, ReluMLP, SigmoidMLP, raw_features, transitions
+
+FILE = __file__
+
+
+# ---------------------------------------------------------------------------------------
+# relu-mlp: the fix of relu-high-lr
+# ---------------------------------------------------------------------------------------
+
+def run_relu_mlp(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = ReluMLP()
+    for layer in (model.fc1, model.fc2, model.fc3):
+        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+        nn.init.zeros_(layer.bias)
+    gen = data_generator(seed)
+    x_all, y_all = teacher_classification(512, 20, 10, gen)   # standardised
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# sigmoid-xavier: the fix of sigmoid-big-init (standardised inputs, Xavier init)
+# ---------------------------------------------------------------------------------------
+
+def run_sigmoid_xavier(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = SigmoidMLP()
+    for layer in (model.fc1, model.fc2, model.fc3, model.fc4):
+        nn.init.xavier_uniform_(layer.weight)
+        nn.init.zeros_(layer.bias)
+    gen = data_generator(seed)
+    x_raw, y_all = raw_features(512, gen)
+    x_all = (x_raw - x_raw.mean(dim=0)) / x_raw.std(dim=0)    # standardise the features
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# cnn-batchnorm: conv-bn-relu x2, pool, linear on synthetic 16x16 textures
+# ---------------------------------------------------------------------------------------
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes: int = 4) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, kernel_size=3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.act1 = nn.ReLU()
+        self.pool1 = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.act2 = nn.ReLU()
+        self.pool2 = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = self.bn1(x)
+        x = self.act1(x)
+        x = self.pool1(x)
+        x = self.conv2(x)
+        x = self.bn2(x)
+        x = self.act2(x)
+        x = self.pool2(x)
+        x = torch.flatten(x, 1)
+        return self.fc(x)
+
+
+def textures(n: int, gen: torch.Generator, size: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four classes of 1 x 16 x 16 images: horizontal, vertical, diagonal stripes, checkers."""
+    y = torch.randint(0, 4, (n,), generator=gen)
+    coords = torch.arange(size, dtype=torch.float32)
+    rows = coords[:, None].expand(size, size)
+    cols = coords[None, :].expand(size, size)
+    phase = torch.rand(n, 1, 1, generator=gen) * 2 * math.pi
+    period = 2 * math.pi / 4.0
+    patterns = torch.stack([
+        torch.sin(rows * period + phase),
+        torch.sin(cols * period + phase),
+        torch.sin((rows + cols) * period / 2 + phase),
+        torch.sin(rows * period + phase) * torch.sin(cols * period + phase),
+    ], dim=1)                                                   # [n, 4, size, size]
+    x = patterns[torch.arange(n), y]
+    x = x + 0.5 * torch.randn(n, size, size, generator=gen)
+    return x[:, None], y
+
+
+def run_cnn_batchnorm(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = SmallCNN()
+    gen = data_generator(seed)
+    x_all, y_all = textures(512, gen)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 32, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# lstm-clipped: LSTM tagger, loss on every time step, clipped gradient
+# ---------------------------------------------------------------------------------------
+
+class LSTMTagger(nn.Module):
+    def __init__(self, d_in: int = 8, hidden: int = 32, classes: int = 2) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(d_in, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+        with torch.no_grad():                                   # forget-gate bias 1
+            self.lstm.bias_hh_l0[hidden:2 * hidden].fill_(1.0)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out)
+
+
+def running_sign_task(n: int, seq: int, d_in: int, gen: torch.Generator):
+    """Per time step: is the running sum of feature 0 so far positive?"""
+    x = torch.randn(n, seq, d_in, generator=gen)
+    y = (x[:, :, 0].cumsum(dim=1) > 0).long()
+    return x, y
+
+
+def run_lstm_clipped(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = LSTMTagger()
+    gen = data_generator(seed)
+    x_all, y_all = running_sign_task(512, 20, 8, gen)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 32, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits.reshape(-1, 2), y_all[rows].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# rnn-clipped-orthogonal: the fix of rnn-exploding
+# ---------------------------------------------------------------------------------------
+
+class RNNTagger(nn.Module):
+    """nn.RNN (tanh) with a head on every time step."""
+
+    def __init__(self, d_in: int = 8, hidden: int = 32, classes: int = 2) -> None:
+        super().__init__()
+        self.rnn = nn.RNN(d_in, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out)
+
+
+def run_rnn_clipped_orthogonal(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = RNNTagger()
+    with torch.no_grad():
+        nn.init.orthogonal_(model.rnn.weight_hh_l0)
+        model.rnn.weight_hh_l0.mul_(0.95)                       # spectral radius 0.95
+    gen = data_generator(seed)
+    x_all, y_all = running_sign_task(256, 40, 8, gen)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(256, 16, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits.reshape(-1, 2), y_all[rows].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# prenorm-transformer: 2-layer pre-norm decoder, hand-written causal attention
+# ---------------------------------------------------------------------------------------
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, heads: int, max_len: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.d_head = d_model // heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        mask = torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1)
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q = self.q(x)
+        k = self.k(x)
+        v = self.v(x)
+        q = q.view(b, t, self.heads, self.d_head)
+        k = k.view(b, t, self.heads, self.d_head)
+        v = v.view(b, t, self.heads, self.d_head)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
+        v = v.transpose(1, 2)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores / math.sqrt(self.d_head)
+        scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out = probs @ v
+        out = out.transpose(1, 2)
+        out = out.reshape(b, t, c)
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, heads: int, max_len: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, heads, max_len)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, 4 * d_model)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x):
+        h = self.ln1(x)
+        h = self.attn(h)
+        x = x + h
+        h = self.ln2(x)
+        h = self.fc1(h)
+        h = self.act(h)
+        h = self.fc2(h)
+        x = x + h
+        return x
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int = 16, d_model: int = 32, heads: int = 2, layers: int = 2,
+                 max_len: int = 16) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList([Block(d_model, heads, max_len) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        positions = torch.arange(t, device=idx.device)
+        x = self.tok(idx)
+        p = self.pos(positions)
+        x = x + p
+        for block in self.blocks:
+            x = block(x)
+        x = self.ln_f(x)
+        return self.head(x)
+
+
+def progressions(n: int, seq: int, vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """Arithmetic progressions mod vocab: random start, random step in {1, 2, 3}."""
+    start = torch.randint(0, vocab, (n, 1), generator=gen)
+    stride = torch.randint(1, 4, (n, 1), generator=gen)
+    return (start + stride * torch.arange(seq + 1)) % vocab
+
+
+def run_prenorm_transformer(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = TinyGPT()
+    gen = data_generator(seed)
+    data = progressions(512, 16, 16, gen)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 32, step)
+        idx = data[rows, :-1]
+        targets = data[rows, 1:]
+        opt.zero_grad()
+        logits = model(idx)
+        loss = F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# dqn-huber: the fix of dqn-clamped-td
+# ---------------------------------------------------------------------------------------
+
+def run_dqn_huber(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    qnet = QNet()
+    target_net = copy.deepcopy(qnet)
+    gen = data_generator(seed)
+    s_all, a_all, r_all, s2_all, done_all = transitions(1024, gen)
+    opt = torch.optim.Adam(qnet.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        rows = batches(1024, 64, step)
+        s, a, r, s2, done = s_all[rows], a_all[rows], r_all[rows], s2_all[rows], done_all[rows]
+        opt.zero_grad()
+        q = qnet(s).gather(1, a[:, None]).squeeze(1)
+        with torch.no_grad():
+            next_q = target_net(s2).max(dim=1).values
+            target = r + GAMMA * (1.0 - done) * next_q
+        loss = F.smooth_l1_loss(q, target)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# frozen-backbone: requires_grad_(False) backbone, optimizer on the head only
+# ---------------------------------------------------------------------------------------
+
+class Backbone(nn.Module):
+    def __init__(self, d_in: int = 20, width: int = 64) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.ReLU()
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act1(x)
+        x = self.fc2(x)
+        x = self.act2(x)
+        return x
+
+
+class FrozenBackboneNet(nn.Module):
+    def __init__(self, d_in: int = 20, width: int = 64, classes: int = 10) -> None:
+        super().__init__()
+        self.backbone = Backbone(d_in, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = self.backbone(x)
+        return self.head(h)
+
+
+def run_frozen_backbone(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = FrozenBackboneNet()
+    model.backbone.requires_grad_(False)                        # pretrained features, frozen
+    gen = data_generator(seed)
+    x_all, y_all = teacher_classification(512, 20, 10, gen)
+    opt = torch.optim.Adam(model.head.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = F.cross_entropy(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# clamp-no-grad: clamps on targets, a metric and the weights, all under no_grad
+# ---------------------------------------------------------------------------------------
+
+class Regressor(nn.Module):
+    def __init__(self, d_in: int = 16, width: int = 64) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.ReLU()
+        self.fc3 = nn.Linear(width, 1)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act1(x)
+        x = self.fc2(x)
+        x = self.act2(x)
+        x = self.fc3(x)
+        return x.squeeze(-1)
+
+
+def run_clamp_no_grad(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = Regressor()
+    gen = data_generator(seed)
+    x_all = torch.randn(512, 16, generator=gen)
+    w_true = torch.randn(16, generator=gen) / 2.0
+    noise = torch.randn(512, generator=gen) * 0.1
+    outliers = (torch.rand(512, generator=gen) < 0.05).float() * 20.0
+    y_all = torch.tanh(x_all @ w_true) * 2.0 + noise + outliers   # a few huge outliers
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        with torch.no_grad():
+            target = torch.clamp(y_all[rows], -3.0, 3.0)            # clip outlier targets
+        opt.zero_grad()
+        pred = model(x_all[rows])
+        loss = F.mse_loss(pred, target)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            clipped_error = torch.clamp((pred - target).abs(), max=1.0).mean()   # a metric
+            for p in model.parameters():
+                p.clamp_(-2.0, 2.0)                                  # weight constraint
+        losses.append(float(loss))
+        del clipped_error
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# bce-with-logits: sigmoid only for the accuracy metric, under no_grad
+# ---------------------------------------------------------------------------------------
+
+class BinaryClassifier(nn.Module):
+    def __init__(self, d_in: int = 20, width: int = 64) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(width, 1)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act1(x)
+        x = self.fc2(x)
+        return x.squeeze(-1)
+
+
+def run_bce_with_logits(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    model = BinaryClassifier()
+    gen = data_generator(seed)
+    x_all, y_cls = teacher_classification(512, 20, 2, gen)
+    y_all = y_cls.float()
+    criterion = nn.BCEWithLogitsLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        logits = model(x_all[rows])
+        loss = criterion(logits, y_all[rows])
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            prob = torch.sigmoid(logits)
+            accuracy = ((prob > 0.5).float() == y_all[rows]).float().mean()
+        losses.append(float(loss))
+        del accuracy
+    return losses
+
+
+def _healthy(name: str, title: str, run) -> Example:
+    return Example(name=name, title=title, run=run, expect=(), healthy=True, file=FILE)
+
+
+EXAMPLES = [
+    _healthy("relu-mlp", "ReLU MLP, Kaiming init, standardised inputs, Adam lr=1e-3", run_relu_mlp),
+    _healthy("sigmoid-xavier", "Sigmoid MLP with Xavier init on standardised inputs (fix of sigmoid-big-init)",
+             run_sigmoid_xavier),
+    _healthy("cnn-batchnorm", "Small CNN, conv-bn-relu x2, pooling, SGD with momentum", run_cnn_batchnorm),
+    _healthy("lstm-clipped", "LSTM tagger, loss on every step, clip_grad_norm_(1.0), Adam", run_lstm_clipped),
+    _healthy("rnn-clipped-orthogonal",
+             "Vanilla RNN, orthogonal recurrent init (radius 0.95), loss on every step, clipped (fix of rnn-exploding)",
+             run_rnn_clipped_orthogonal),
+    _healthy("prenorm-transformer",
+             "2-layer pre-norm Transformer, hand-written causal attention with a -inf mask, AdamW",
+             run_prenorm_transformer),
+    _healthy("dqn-huber", "DQN with smooth_l1_loss and a target network under no_grad (fix of dqn-clamped-td)",
+             run_dqn_huber),
+    _healthy("frozen-backbone", "Frozen MLP backbone (requires_grad_(False)); optimizer on the head only",
+             run_frozen_backbone),
+    _healthy("clamp-no-grad", "Regression whose clamps (targets, metric, weights) all run under no_grad",
+             run_clamp_no_grad),
+    _healthy("bce-with-logits", "Binary classifier with BCEWithLogitsLoss; sigmoid only for accuracy",
+             run_bce_with_logits),
+]

@@ -1,0 +1,30 @@
+"""Shared fixtures: deterministic torch, a CLI runner, and the zoo."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    yield
+
+
+def no_leaky_left() -> list[str]:
+    """Everything leaky may install while running; empty when it is all gone."""
+    from torch.nn.modules import module as mod
+    from torch.optim import optimizer as opt
+
+    left = []
+    if mod._global_forward_pre_hooks:
+        left.append("global forward pre-hooks")
+    if mod._global_forward_hooks:
+        left.append("global forward hooks")
+    if opt._global_optimizer_pre_hooks:
+        left.append("optimizer pre-hooks")
+    if opt._global_optimizer_post_hooks:
+        left.append("optimizer post-hooks")
+    if torch._C._len_torch_function_stack():
+        left.append("torch function modes")
+    return left

@@ -1,0 +1,94 @@
+"""Recorded gradients equal torch.autograd.grad on small models (autograd is the oracle)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import leaky
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(5, 7)
+        self.fc2 = nn.Linear(7, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        a = torch.sigmoid(h)
+        c = torch.clamp(a, 0.3, 0.7)
+        return self.fc2(c), (h, a, c)
+
+
+def _one_step_reference():
+    torch.manual_seed(3)
+    net = Net()
+    x, y = torch.randn(11, 5), torch.randint(0, 4, (11,))
+    out, (h, a, c) = net(x)
+    loss = F.cross_entropy(out, y)
+    g_out, g_c, g_a, g_h = torch.autograd.grad(loss, [out, c, a, h])
+    return net, x, y, {"out": g_out, "c": g_c, "a": g_a, "h": g_h}
+
+
+def _audited_step(net, x, y):
+    with leaky.audit() as audit:
+        out, _ = net(x)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+    return audit
+
+
+def _op(audit, op, module):
+    found = [o for o in audit.stats.ops if o.op == op and o.module == module and o.steps]
+    assert len(found) == 1, [(o.op, o.node, o.module) for o in audit.stats.ops]
+    return found[0]
+
+
+def test_op_gradients_equal_autograd():
+    net, x, y, ref = _one_step_reference()
+    audit = _audited_step(net, x, y)
+    clamp = _op(audit, "clamp", "Net")
+    sigmoid = _op(audit, "sigmoid", "Net")
+    linear2 = _op(audit, "linear", "fc2")
+    assert math.isclose(linear2.grad_in, ref["out"].norm().item(), rel_tol=1e-5)
+    assert math.isclose(clamp.grad_in, ref["c"].norm().item(), rel_tol=1e-5)
+    assert math.isclose(clamp.grad_out, ref["a"].norm().item(), rel_tol=1e-5)
+    assert math.isclose(sigmoid.grad_in, ref["a"].norm().item(), rel_tol=1e-5)
+    assert math.isclose(sigmoid.grad_out, ref["h"].norm().item(), rel_tol=1e-5)
+    assert math.isclose(sigmoid.gain, (ref["h"].norm() / ref["a"].norm()).item(), rel_tol=1e-5)
+
+
+def test_zeroed_share_counts_only_what_the_op_zeroed():
+    net, x, y, ref = _one_step_reference()
+    audit = _audited_step(net, x, y)
+    clamp = _op(audit, "clamp", "Net")
+    arriving = ref["c"] != 0
+    zeroed = arriving & (ref["a"] == 0)
+    assert clamp.nonzero_in == arriving.sum().item()
+    assert math.isclose(clamp.zeroed_share, zeroed.sum().item() / arriving.sum().item(), rel_tol=1e-9)
+
+
+def test_parameter_gradients_equal_autograd():
+    net, x, y, _ = _one_step_reference()
+    out, _ = net(x)
+    reference = torch.autograd.grad(F.cross_entropy(out, y), list(net.parameters()))
+    expected = {name: g.norm().item() for (name, _), g in zip(net.named_parameters(), reference)}
+    net.zero_grad()
+    audit = _audited_step(net, x, y)
+    got = {p.name: p.grad_norm for p in audit.stats.params}
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert math.isclose(got[name], expected[name], rel_tol=1e-5), name
+
+
+def test_module_table_runs_from_loss_to_input():
+    net, x, y, ref = _one_step_reference()
+    audit = _audited_step(net, x, y)
+    names = [row["module"] for row in audit.report.modules]
+    assert names.index("fc2") < names.index("fc1")
+    fc2 = next(row for row in audit.report.modules if row["module"] == "fc2")
+    assert math.isclose(fc2["grad_norm"], ref["out"].norm().item(), rel_tol=1e-5)
+    assert math.isclose(fc2["gain"], (ref["c"].norm() / ref["out"].norm()).item(), rel_tol=1e-5)

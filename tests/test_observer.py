@@ -1,0 +1,110 @@
+"""Observation changes nothing, and leaves nothing behind."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import leaky
+from tests.conftest import no_leaky_left
+from tests.models import CNN, MLP, GRUNet, TinyTransformer, train
+
+MODELS = {"mlp-dropout": lambda: MLP(dropout=0.2), "cnn-batchnorm": CNN, "gru": GRUNet,
+          "transformer-dropout": TinyTransformer}
+
+
+def _run(factory, audited: bool, steps: int = 4):
+    torch.manual_seed(123)
+    model = factory()
+    if audited:
+        with leaky.audit() as audit:
+            losses = train(model, steps)
+        assert audit.report.run["steps"] == steps
+    else:
+        losses = train(model, steps)
+    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_is_bit_identical_under_audit(name):
+    plain_losses, plain_state = _run(MODELS[name], audited=False)
+    seen_losses, seen_state = _run(MODELS[name], audited=True)
+    assert all(torch.equal(a, b) for a, b in zip(plain_losses, seen_losses))
+    assert plain_state.keys() == seen_state.keys()
+    for key in plain_state:
+        assert torch.equal(plain_state[key], seen_state[key]), key
+
+
+def test_autocast_training_is_bit_identical_under_audit():
+    def run(audited):
+        torch.manual_seed(5)
+        model = MLP()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+        ctx = leaky.audit() if audited else None
+        losses = []
+        with (ctx or _Null()):
+            for _ in range(3):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach().clone())
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    (l1, p1), (l2, p2) = run(False), run(True)
+    assert all(torch.equal(a, b) for a, b in zip(l1, l2))
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2))
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_nothing_left_after_a_normal_exit():
+    with leaky.audit():
+        train(MLP(), 2)
+    assert no_leaky_left() == []
+
+
+def test_nothing_left_when_the_training_raises():
+    model = MLP()
+    with pytest.raises(RuntimeError, match="boom"):
+        with leaky.audit():
+            train(model, 1)
+            raise RuntimeError("boom")
+    assert no_leaky_left() == []
+
+
+def test_nothing_left_when_stopped_mid_forward():
+    class Explodes(torch.nn.Module):
+        def forward(self, x):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with leaky.audit():
+            Explodes()(torch.randn(2))
+    assert no_leaky_left() == []
+
+
+def test_second_audit_gives_the_same_report():
+    def once():
+        torch.manual_seed(7)
+        with leaky.audit() as audit:
+            train(MLP(), 3)
+        report = audit.report.to_dict()
+        return report["findings"], [(m["module"], m["grad_norm"]) for m in report["modules"]]
+
+    assert once() == once()
+
+
+def test_steps_limit_stops_observing_but_not_training():
+    model = MLP()
+    with leaky.audit(steps=2) as audit:
+        losses = train(model, 5)
+    assert len(losses) == 5
+    assert audit.report.run["steps"] == 2
