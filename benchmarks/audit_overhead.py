@@ -1,9 +1,11 @@
-"""Overhead of `leaky.audit()` on a training step, next to `torch.autograd.detect_anomaly()`.
+"""Run: python benchmarks/audit_overhead.py [--quick]   (from the repository root)
 
-Run it from the repository root:
+    python benchmarks/audit_overhead.py --threads 1 --markdown        # full run, ~40 s on one core
+    python benchmarks/audit_overhead.py --models mlp,cnn --rounds 15 --steps 5
 
-    python benchmarks/audit_overhead.py [--quick]
-    python benchmarks/audit_overhead.py --models mlp,cnn --rounds 9 --steps 5 --threads 2 --markdown
+Overhead of `leaky.audit()` on a training step, next to `torch.autograd.detect_anomaly()`.
+On a machine whose cores are shared with other work, pass --threads 1: more threads than
+free cores make step times swing by several times.
 
 Target: a step under `leaky.audit()` costs at most 2x a plain step (audit ratio <= 2.0).
 
@@ -13,8 +15,9 @@ the same seed: plain, audit, anomaly. Each step is zero_grad, forward, loss, bac
 optimizer step. Every mode is warmed up first; then the modes are interleaved in rounds
 (plain, audit, anomaly, plain, audit, anomaly, ...) so machine noise hits all of them alike.
 In each round a block of K steps is timed per mode with time.perf_counter. The audit mode
-enters `leaky.audit(steps=None)` around its block, so the context's enter and exit are
-timed, but building the report (`audit.report`, lazy) is not. The anomaly mode wraps its
+enters `leaky.audit(steps=None)` around its block; the steps inside are timed, and the
+exit (folding statistics, spectral radii: a one-time cost per audit) is reported in its
+own column. Building the report (`audit.report`, lazy) is not timed. The anomaly mode wraps its
 block in `torch.autograd.detect_anomaly()` the same way.
 
 Reported per mode: the median over rounds of the per-step time, and the ratio to plain as
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import statistics
 import sys
 import time
@@ -152,13 +154,23 @@ def mode_context(mode: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def run_block(work: Workload, mode: str, steps: int) -> float:
-    """Seconds per step for one block of `steps` steps, context enter/exit included."""
-    start = time.perf_counter()
-    with mode_context(mode):
+def run_block(work: Workload, mode: str, steps: int) -> tuple[float, float]:
+    """(seconds per step inside the context, seconds its exit took).
+
+    The exit is timed apart: for the audit it is a one-time cost per audit (folding the
+    statistics, the spectral radius of recurrent weights), not a cost per step.
+    """
+    context = mode_context(mode)
+    context.__enter__()
+    try:
+        start = time.perf_counter()
         for _ in range(steps):
             work.step()
-    return (time.perf_counter() - start) / steps
+        per_step = (time.perf_counter() - start) / steps
+    finally:
+        end = time.perf_counter()
+        context.__exit__(None, None, None)
+    return per_step, time.perf_counter() - end
 
 
 @dataclass
@@ -166,6 +178,7 @@ class Result:
     model: str
     ms: dict[str, float]          # mode -> median ms/step; missing when the mode failed
     ratio: dict[str, float]       # mode -> median of per-round ratios to plain
+    audit_end_ms: float = float("nan")   # one-time cost of leaving the audit (median)
 
 
 def bench_model(name: str, args: argparse.Namespace) -> Result:
@@ -187,10 +200,13 @@ def bench_model(name: str, args: argparse.Namespace) -> Result:
             live.remove(mode)
 
     times: dict[str, list[float]] = {m: [] for m in live}
+    ends: dict[str, list[float]] = {m: [] for m in live}
     for _ in range(args.rounds):
         for mode in list(live):
             try:
-                times[mode].append(run_block(works[mode], mode, args.steps))
+                per_step, end = run_block(works[mode], mode, args.steps)
+                times[mode].append(per_step)
+                ends[mode].append(end)
             except Exception:
                 if mode == "plain":
                     raise
@@ -201,11 +217,13 @@ def bench_model(name: str, args: argparse.Namespace) -> Result:
 
     ms = {m: 1e3 * statistics.median(t) for m, t in times.items()}
     ratio = {m: statistics.median(t / p for t, p in zip(times[m], times["plain"])) for m in times}
-    return Result(name, ms, ratio)
+    end_ms = 1e3 * statistics.median(ends["audit"]) if ends.get("audit") else float("nan")
+    return Result(name, ms, ratio, end_ms)
 
 
 # -- output ---------------------------------------------------------------------------
-HEADER = ("model", "plain ms/step", "audit ms/step", "audit ratio", "anomaly ms/step", "anomaly ratio")
+HEADER = ("model", "plain ms/step", "audit ms/step", "audit ratio", "anomaly ms/step", "anomaly ratio",
+          "audit exit ms (once)")
 
 
 def rows(results: list[Result]) -> list[tuple[str, ...]]:
@@ -215,8 +233,8 @@ def rows(results: list[Result]) -> list[tuple[str, ...]]:
     def ratio(r: Result, m: str) -> str:
         return f"{r.ratio[m]:.2f}x" if m in r.ratio else "skipped"
 
-    return [(r.model, ms(r, "plain"), ms(r, "audit"), ratio(r, "audit"), ms(r, "anomaly"), ratio(r, "anomaly"))
-            for r in results]
+    return [(r.model, ms(r, "plain"), ms(r, "audit"), ratio(r, "audit"), ms(r, "anomaly"), ratio(r, "anomaly"),
+             f"{r.audit_end_ms:.1f}") for r in results]
 
 
 def print_table(results: list[Result], markdown: bool) -> None:
@@ -237,7 +255,7 @@ def print_table(results: list[Result], markdown: bool) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(BUILDERS),
                    help=f"comma-separated subset of {','.join(BUILDERS)} (default: all)")

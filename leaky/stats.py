@@ -127,6 +127,7 @@ class AuditStats:
     grad_norms: tuple[float, ...]
     module_types: dict[str, str] = field(default_factory=dict)
     modules_ran: frozenset = frozenset()
+    clean_steps: int = 0          # steps before the first NaN/Inf; per-site statistics cover only these
 
     def op(self, site: int) -> OpStats | None:
         for op in self.ops:
@@ -169,6 +170,7 @@ class StatsBuilder:
         self.losses: list[float] = []
         self.grad_norms: list[float] = []
         self.nonfinite: dict[str, tuple[int, int, str]] = {}
+        self.first_bad_step: int | None = None   # first step with a NaN/Inf anywhere
         self.param_grad_steps: dict[int, int] = defaultdict(int)
         self.param_last_norm: dict[int, float] = {}
         self.opt_params: dict[int, nn.Parameter] = {}
@@ -211,37 +213,44 @@ class StatsBuilder:
     # -- per step ----------------------------------------------------------------------
     def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int]) -> None:
         self.steps += 1
+        per_site = self._per_site(host)
+        bad = self._forward_nonfinite(step, host) | self._backward_nonfinite(step, host)
+        if bad and self.first_bad_step is None:
+            self.first_bad_step = step
+        if self.first_bad_step is None:
+            # NOTE: once a NaN/Inf appears, every later statistic describes the NaN, not the
+            # model: the per-site statistics keep only the steps before it.
+            for site, (sq_in, sq_act, sq_par, occ, has_act, has_par, prof, nz_in, zeroed) in per_site.items():
+                acc = self.acc[site]
+                acc.nonzero_in += nz_in
+                acc.zeroed += zeroed
+                self._fold(acc, math.sqrt(sq_in), math.sqrt(sq_act) if has_act else None,
+                           math.sqrt(sq_par) if has_par else None, occ, prof)
+        self._param_grads(grads, host.values)
+        if "loss" in host.extras:
+            self.losses.append(float(host.extras["loss"]))
+
+    def _per_site(self, host: HostStep) -> dict[int, list]:
+        """Combine this step's hook calls per site: squared norms, counts, the profile."""
         values = host.values
         per_site: dict[int, list] = {}
         for rec in host.records:
             end = rec.offset + rec.n_in + rec.n_act + rec.n_param
             norms = values[rec.offset:end]
             n_in = _norm(norms[:rec.n_in])
-            n_act = _norm(norms[rec.n_in:rec.n_in + rec.n_act])
-            n_par = _norm(norms[rec.n_in + rec.n_act:end])
-            cur = per_site.setdefault(rec.site, [0.0, 0.0, 0.0, 0, False, False, []])
+            cur = per_site.setdefault(rec.site, [0.0, 0.0, 0.0, 0, False, False, [], 0.0, 0.0])
             cur[0] += n_in * n_in
-            cur[1] += n_act * n_act
-            cur[2] += n_par * n_par
+            cur[1] += _norm(norms[rec.n_in:rec.n_in + rec.n_act]) ** 2
+            cur[2] += _norm(norms[rec.n_in + rec.n_act:end]) ** 2
             cur[3] += 1
             cur[4] |= rec.n_act > 0
             cur[5] |= rec.n_param > 0
             cur[6].append((rec.seq, n_in))
-            acc = self.acc[rec.site]
             if rec.counted:
                 nz_in, nz_act = values[end], values[end + 1]
-                acc.nonzero_in += nz_in
-                acc.zeroed += max(0.0, nz_in - nz_act)
-            if "backward" not in self.nonfinite and math.isfinite(n_in) and not (
-                    math.isfinite(n_act) and math.isfinite(n_par)):
-                self._note_backward_nonfinite(step, rec, n_act, n_par, host)
-        for site, (sq_in, sq_act, sq_par, occ, has_act, has_par, prof) in per_site.items():
-            self._fold(self.acc[site], math.sqrt(sq_in), math.sqrt(sq_act) if has_act else None,
-                       math.sqrt(sq_par) if has_par else None, occ, prof)
-        self._forward_nonfinite(step, host)
-        self._param_grads(grads, values)
-        if "loss" in host.extras:
-            self.losses.append(float(host.extras["loss"]))
+                cur[7] += nz_in
+                cur[8] += max(0.0, nz_in - nz_act)
+        return per_site
 
     def _fold(self, acc: _SiteAcc, n_in, n_act, n_par, occ, prof) -> None:
         acc.steps += 1
@@ -251,31 +260,37 @@ class StatsBuilder:
             if logged is not None:
                 setattr(acc, attr, getattr(acc, attr) + logged)
                 setattr(acc, count, getattr(acc, count) + 1)
-        if n_act is not None and n_in > 0 and math.isfinite(n_in) and math.isfinite(n_act):
+        if n_act is not None and n_in > 0:
             gain = _log(n_act / n_in) if n_act > 0 else -12.0
             acc.log_gain += gain if gain is not None else 0.0
             acc.n_gain += 1
         acc.profile = sorted(prof) if occ > 1 else []
 
-    def _note_backward_nonfinite(self, step, rec, n_act, n_par, host) -> None:
-        # Among this step's candidates, backward runs nodes in decreasing creation order:
-        # the first to emit a non-finite gradient is the one created last.
-        candidates = []
-        for other in host.records:
-            end = other.offset + other.n_in + other.n_act + other.n_param
-            norms = host.values[other.offset:end]
-            arriving, leaving = norms[:other.n_in], norms[other.n_in:]
-            if np.all(np.isfinite(arriving)) and not np.all(np.isfinite(leaving)):
-                candidates.append((other.seq, other.site, "nan" if np.isnan(leaving).any() else "inf"))
-        seq, site, value = max(candidates)
-        self.nonfinite["backward"] = (step, site, value)
+    def _backward_nonfinite(self, step: int, host: HostStep) -> bool:
+        """Note the first node that turned a finite incoming gradient non-finite.
 
-    def _forward_nonfinite(self, step: int, host: HostStep) -> None:
-        if "forward" in self.nonfinite or not len(host.forward_finite):
-            return
+        Backward runs nodes in decreasing creation order, so among this step's candidates
+        the first to emit a non-finite gradient is the one created last.
+        """
+        candidates, any_bad = [], False
+        for rec in host.records:
+            end = rec.offset + rec.n_in + rec.n_act + rec.n_param
+            arriving, leaving = host.values[rec.offset:rec.offset + rec.n_in], host.values[rec.offset + rec.n_in:end]
+            if np.all(np.isfinite(leaving)):
+                continue
+            any_bad = True
+            if np.all(np.isfinite(arriving)):
+                candidates.append((rec.seq, rec.site, "nan" if np.isnan(leaving).any() else "inf"))
+        if candidates and "backward" not in self.nonfinite:
+            seq, site, value = max(candidates)
+            self.nonfinite["backward"] = (step, site, value)
+        return any_bad
+
+    def _forward_nonfinite(self, step: int, host: HostStep) -> bool:
         bad = np.flatnonzero(~np.isfinite(host.forward_finite))
-        if len(bad):
+        if len(bad) and "forward" not in self.nonfinite:
             self.nonfinite["forward"] = (step, host.forward_sites[int(bad[0])], "non-finite")
+        return bool(len(bad))
 
     def _param_grads(self, grads: tuple[list[int], int], values: np.ndarray) -> None:
         ids, offset = grads
@@ -305,7 +320,7 @@ class StatsBuilder:
         ran = frozenset(op.module for op in ops if op.module is not None)
         return AuditStats(self.steps, backward_calls, bool(optimizers), ops, activations, params,
                           recurrences, nonfinite, cut_list, tuple(self.losses), tuple(self.grad_norms),
-                          types, ran)
+                          types, ran, self.clean_steps)
 
     def _op_stats(self, site) -> OpStats:
         acc = self.acc.get(site.index) or _SiteAcc()
@@ -318,14 +333,20 @@ class StatsBuilder:
                        mean(acc.log_out, acc.n_out), mean(acc.log_par, acc.n_par),
                        mean(acc.log_gain, acc.n_gain), zeroed, acc.nonzero_in, profile, dict(site.detail))
 
+    @property
+    def clean_steps(self) -> int:
+        """Steps before the first NaN/Inf: the ones that describe the model."""
+        return self.steps if self.first_bad_step is None else self.first_bad_step
+
     def _activation_stats(self, site: int, stats: UnitStats, by_site) -> ActivationStats:
         op = by_site[site]
         host = stats.host()
-        window = max(1, min(self.config.dead_window_steps, math.ceil(self.steps / 2)))
+        clean = self.clean_steps
+        window = max(1, min(self.config.dead_window_steps, math.ceil(clean / 2)))
         dead, died = None, ()
-        if host["last_active"] is not None:
+        if host["last_active"] is not None and clean > 0:
             last = host["last_active"]
-            cutoff = (self.steps - window)   # steps are 0-based; fired at >= cutoff is alive
+            cutoff = clean - window   # steps are 0-based; a unit that fired at >= cutoff is alive
             dead_mask = last < cutoff
             dead = int(dead_mask.sum())
             died = tuple(int(s) + 1 for s in last[dead_mask] if s >= 0)

@@ -28,3 +28,8 @@ def no_leaky_left() -> list[str]:
     if torch._C._len_torch_function_stack():
         left.append("torch function modes")
     return left
+
+
+def pytest_configure(config):
+    # Two shared cores: more torch threads than free cores make steps swing wildly.
+    torch.set_num_threads(1)

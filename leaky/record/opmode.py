@@ -21,7 +21,7 @@ _PASS = {"dim", "size", "stride", "numel", "is_contiguous", "data_ptr", "__len__
          "__format__", "element_size", "is_floating_point", "is_complex", "storage_offset",
          "has_names", "__hash__", "__bool__", "__index__", "__iter__", "get_device", "__get__"}
 _CUTS = {"detach": "detach", "detach_": "detach", "numpy": "numpy", "item": "item", "tolist": "tolist"}
-_DATA_GET = torch.Tensor.data.__get__
+_DATA = torch.Tensor.data   # `.data` reaches us as this descriptor's (freshly bound) __get__
 
 
 def op_name(func: Any) -> str:
@@ -61,12 +61,15 @@ class OpMode(TorchFunctionMode):
         if not rec.observing:
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
-        if name in _PASS and func is not _DATA_GET:
+        if name == "__get__" and getattr(func, "__self__", None) is _DATA:
+            rec.note_cut("data", args)
+            return func(*args, **kwargs)
+        if name in _PASS:
             return func(*args, **kwargs)
         if func is Tensor.backward:
             return rec.run_backward(func, args, kwargs)
-        if func is _DATA_GET or name in _CUTS:
-            rec.note_cut("data" if func is _DATA_GET else _CUTS[name], args)
+        if name in _CUTS:
+            rec.note_cut(_CUTS[name], args)
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         if not torch.is_grad_enabled():

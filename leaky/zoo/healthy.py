@@ -40,7 +40,7 @@ def run_relu_mlp(steps: int = 20, seed: int = 0) -> list[float]:
         loss = F.cross_entropy(logits, y_all[rows])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -66,7 +66,7 @@ def run_sigmoid_xavier(steps: int = 20, seed: int = 0) -> list[float]:
         loss = F.cross_entropy(logits, y_all[rows])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -133,7 +133,7 @@ def run_cnn_batchnorm(steps: int = 20, seed: int = 0) -> list[float]:
         loss = F.cross_entropy(logits, y_all[rows])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -176,7 +176,7 @@ def run_lstm_clipped(steps: int = 20, seed: int = 0) -> list[float]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -215,7 +215,7 @@ def run_rnn_clipped_orthogonal(steps: int = 20, seed: int = 0) -> list[float]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -323,7 +323,7 @@ def run_prenorm_transformer(steps: int = 20, seed: int = 0) -> list[float]:
         loss = F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -337,7 +337,7 @@ def run_dqn_huber(steps: int = 20, seed: int = 0) -> list[float]:
     target_net = copy.deepcopy(qnet)
     gen = data_generator(seed)
     s_all, a_all, r_all, s2_all, done_all = transitions(1024, gen)
-    opt = torch.optim.Adam(qnet.parameters(), lr=1e-2)
+    opt = torch.optim.Adam(qnet.parameters(), lr=5e-3)
     losses = []
     for step in range(steps):
         rows = batches(1024, 64, step)
@@ -350,7 +350,7 @@ def run_dqn_huber(steps: int = 20, seed: int = 0) -> list[float]:
         loss = F.smooth_l1_loss(q, target)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -400,7 +400,7 @@ def run_frozen_backbone(steps: int = 20, seed: int = 0) -> list[float]:
         loss = F.cross_entropy(logits, y_all[rows])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -450,7 +450,7 @@ def run_clamp_no_grad(steps: int = 20, seed: int = 0) -> list[float]:
             clipped_error = torch.clamp((pred - target).abs(), max=1.0).mean()   # a metric
             for p in model.parameters():
                 p.clamp_(-2.0, 2.0)                                  # weight constraint
-        losses.append(float(loss))
+        losses.append(loss.item())
         del clipped_error
     return losses
 
@@ -492,7 +492,7 @@ def run_bce_with_logits(steps: int = 20, seed: int = 0) -> list[float]:
         with torch.no_grad():
             prob = torch.sigmoid(logits)
             accuracy = ((prob > 0.5).float() == y_all[rows]).float().mean()
-        losses.append(float(loss))
+        losses.append(loss.item())
         del accuracy
     return losses
 
