@@ -46,17 +46,30 @@ class StepBuffer:
         """The single device-to-host copy of the step."""
         names = list(self.extras)
         pieces = self.values + [flag for _, flag in self.forward_flags] + [self.extras[n] for n in names]
-        if pieces:
-            with torch._C.DisableTorchFunction():
-                host = torch.stack(pieces).cpu().double().numpy()
-        else:
-            host = np.zeros(0)
+        host = _to_host(pieces)
         start = len(self.values)
         flags = host[start:start + len(self.forward_flags)]
         extras = dict(zip(names, host[start + len(self.forward_flags):]))
         step = HostStep(host[:start], list(self.records), [s for s, _ in self.forward_flags], flags, extras)
         self.values, self.records, self.forward_flags, self.extras = [], [], [], {}
         return step
+
+
+def _to_host(pieces: list[Tensor]) -> np.ndarray:
+    """Stack 0-d values and copy them to the host: one transfer per device."""
+    if not pieces:
+        return np.zeros(0)
+    with torch._C.DisableTorchFunction():
+        first = pieces[0].device
+        if all(p.device == first for p in pieces):
+            return torch.stack(pieces).cpu().double().numpy()
+        host = np.zeros(len(pieces))
+        by_device: dict = {}
+        for index, piece in enumerate(pieces):
+            by_device.setdefault(piece.device, []).append(index)
+        for indices in by_device.values():
+            host[indices] = torch.stack([pieces[i] for i in indices]).cpu().double().numpy()
+        return host
 
 
 @dataclass
