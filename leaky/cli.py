@@ -133,7 +133,7 @@ def cmd_audit(args) -> int:
         _error(str(exc))
         return EXIT_UNUSABLE
     report = run.audit.report
-    if run.audit.stats.backward_calls == 0:
+    if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
         reason = f" (the script stopped: {run.error})" if run.error else ""
         _error(f"no backward pass was observed in {args.script}{reason}; nothing to audit. "
                "Does the script call loss.backward()?")

@@ -160,3 +160,12 @@ def test_explain_without_argument_lists_all_checks(capsys):
     assert main(["explain"]) == 0
     out = capsys.readouterr().out
     assert all(code in out for code in CHECKS)
+
+
+def test_a_script_calling_sys_exit_is_reported(tmp_path, capsys):
+    body = HEALTHY.replace('print("script finished")', "sys.exit(3)")
+    path = _script(tmp_path, body)
+    assert main(["audit", "--steps", "all", "--json", str(tmp_path / "r.json"), str(path), "4"]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["run"]["status"] == "exited" and data["run"]["steps"] == 4
+    assert no_leaky_left() == []

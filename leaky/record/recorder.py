@@ -233,8 +233,8 @@ class Recorder:
             self._mode_on = True
 
     def _end_step(self) -> None:
-        if not self.backward_calls:
-            return
+        if not self.backward_calls and not self.buffer.records:
+            return   # an optimizer step with no backward seen: nothing to fold
         self._flush()
         self.step += 1
         if self.on_step is not None:

@@ -16,14 +16,37 @@ from leaky.stats import OpStats, RecurrenceStats
 _STEP_NODES = ("TanhBackward0", "ReluBackward0")
 
 
+EXACT_LIMIT = 512   # above this size, estimate rho instead of a full eigendecomposition
+
+
 def spectral_radius(weight: torch.Tensor, blocks: int = 1) -> float:
     """Largest |eigenvalue| of the (block of the) recurrent matrix; max over gate blocks."""
     with torch.no_grad(), torch._C.DisableTorchFunction():
         w = weight.detach().to("cpu", torch.float64)
         if not torch.isfinite(w).all():
             return float("nan")
-        radii = [torch.linalg.eigvals(block).abs().max().item() for block in w.chunk(blocks, dim=0)]
+        radii = [_radius(block) for block in w.chunk(blocks, dim=0)]
     return max(radii)
+
+
+def _radius(matrix: torch.Tensor, iterations: int = 200) -> float:
+    if matrix.shape[0] <= EXACT_LIMIT:
+        return torch.linalg.eigvals(matrix).abs().max().item()
+    # NOTE: Gelfand's formula, rho = lim ||W^k||^(1/k): the mean log growth of a random
+    # vector over the last half of the iterations converges to log rho even when the
+    # leading eigenvalues are a complex pair (where plain power iteration oscillates).
+    gen = torch.Generator().manual_seed(0)
+    vector = torch.randn(matrix.shape[0], 1, dtype=matrix.dtype, generator=gen)
+    logs = []
+    for _ in range(iterations):
+        vector = matrix @ vector
+        norm = vector.norm()
+        if norm == 0:
+            return 0.0
+        logs.append(norm.log().item())
+        vector = vector / norm
+    tail = logs[iterations // 2:]
+    return float(torch.tensor(tail).mean().exp())
 
 
 def _module_recurrences(modules, by_site: dict[int, OpStats]):
