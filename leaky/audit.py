@@ -39,7 +39,11 @@ class Audit:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._recorder.__exit__(exc_type, exc, tb)
-        self.stats = self._recorder.finish()
+        try:
+            self.stats = self._recorder.finish()
+        except Exception as exc:   # leaky's own failure: report it, do not mask the user's code
+            self._recorder.fail(exc)
+            self.stats = AuditStats.empty()
         return False
 
     @property
@@ -53,7 +57,7 @@ class Audit:
         if self._report is None:
             run = {"steps": self.stats.steps, "backward_calls": self.stats.backward_calls,
                    "used_optimizer": self.stats.used_optimizer, "losses": list(self.stats.losses),
-                   **self.run_info}
+                   "internal_error": self._recorder.error, **self.run_info}
             self._report = build_report(self.stats, run_all(self.stats, self.config), run)
         return self._report
 

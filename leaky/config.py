@@ -5,7 +5,8 @@ from one fixture. Change them here, not inside a check.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,6 @@ class AuditConfig:
     dead_zone_error: float = 0.5
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
+    # Raise leaky's own internal errors instead of warning and observing no further.
+    # Off for users (never break their training); the test suite sets LEAKY_STRICT=1.
+    strict: bool = field(default_factory=lambda: os.environ.get("LEAKY_STRICT") == "1")

@@ -129,6 +129,10 @@ class AuditStats:
     modules_ran: frozenset = frozenset()
     clean_steps: int = 0          # steps before the first NaN/Inf; per-site statistics cover only these
 
+    @classmethod
+    def empty(cls) -> "AuditStats":
+        return cls(0, 0, False, (), (), (), (), (), (), (), ())
+
     def op(self, site: int) -> OpStats | None:
         for op in self.ops:
             if op.site == site:
@@ -196,14 +200,14 @@ class StatsBuilder:
         owner = self._owners().get(id(param))
         return None if owner is None else owner[0]
 
-    def _tracked_params(self) -> list[nn.Parameter]:
+    def tracked_params(self) -> list[nn.Parameter]:
         params = {pid: p for pid, (_, _, p) in self._owners().items()}
         params.update(self.opt_params)
         return [p for p in params.values() if p.requires_grad]
 
     def collect_param_grads(self, buffer) -> tuple[list[int], int]:
         """Queue the norms of every present .grad into the step's values."""
-        with_grad = [p for p in self._tracked_params() if p.grad is not None and not p.grad.is_sparse]
+        with_grad = [p for p in self.tracked_params() if p.grad is not None and not p.grad.is_sparse]
         offset = len(buffer.values)
         if with_grad:
             with torch._C.DisableTorchFunction():

@@ -1,8 +1,12 @@
 """Shared fixtures: deterministic torch, a CLI runner, and the zoo."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+os.environ.setdefault("LEAKY_STRICT", "1")   # leaky's own errors fail tests instead of warning
 
 
 @pytest.fixture(autouse=True)

@@ -62,13 +62,13 @@ def _to_host(pieces: list[Tensor]) -> np.ndarray:
     with torch._C.DisableTorchFunction():
         first = pieces[0].device
         if all(p.device == first for p in pieces):
-            return torch.stack(pieces).cpu().double().numpy()
+            return torch.stack(pieces).detach().cpu().double().numpy()
         host = np.zeros(len(pieces))
         by_device: dict = {}
         for index, piece in enumerate(pieces):
             by_device.setdefault(piece.device, []).append(index)
         for indices in by_device.values():
-            host[indices] = torch.stack([pieces[i] for i in indices]).cpu().double().numpy()
+            host[indices] = torch.stack([pieces[i] for i in indices]).detach().cpu().double().numpy()
         return host
 
 
@@ -118,8 +118,9 @@ def can_zero(node) -> bool:
 class GradientRecorder:
     """Registers node hooks and writes what they see into a StepBuffer."""
 
-    def __init__(self, buffer: StepBuffer) -> None:
+    def __init__(self, buffer: StepBuffer, on_error) -> None:
         self.buffer = buffer
+        self.on_error = on_error
         self.handles: list = []
         self.active = True
 
@@ -140,8 +141,13 @@ class GradientRecorder:
     def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, grad_inputs, grad_outputs) -> None:
         if not self.active:
             return
-        with torch._C.DisableTorchFunction():
-            self._record(site, seq, kinds, zeroing, grad_inputs, grad_outputs)
+        # NOTE: no_grad: under create_graph=True the gradients themselves require grad,
+        # and our norms must not join the user's double-backward graph.
+        try:
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                self._record(site, seq, kinds, zeroing, grad_inputs, grad_outputs)
+        except Exception as exc:  # leaky's own failure must not stop the user's backward
+            self.on_error(exc)
 
     def _record(self, site, seq, kinds, zeroing, grad_inputs, grad_outputs) -> None:
         arriving = [g for g in grad_outputs if g is not None]

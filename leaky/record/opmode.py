@@ -62,22 +62,25 @@ class OpMode(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         if name == "__get__" and getattr(func, "__self__", None) is _DATA:
-            rec.note_cut("data", args)
+            rec.guarded(rec.note_cut, "data", args)
             return func(*args, **kwargs)
         if name in _PASS:
             return func(*args, **kwargs)
         if func is Tensor.backward:
             return rec.run_backward(func, args, kwargs)
         if name in _CUTS:
-            rec.note_cut(_CUTS[name], args)
+            rec.guarded(rec.note_cut, _CUTS[name], args)
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        if not torch.is_grad_enabled():
-            rec.note_no_grad(args)
-            return out
-        outputs = _tensors(out)
-        if outputs:
-            rec.on_op(op_name(func), args, kwargs, outputs)
+        try:
+            if not torch.is_grad_enabled():
+                rec.note_no_grad(args)
+                return out
+            outputs = _tensors(out)
+            if outputs:
+                rec.on_op(op_name(func), args, kwargs, outputs)
+        except Exception as exc:  # leaky's own failure: the user's op already ran
+            rec.fail(exc)
         return out
 
 

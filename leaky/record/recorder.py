@@ -6,6 +6,8 @@ after the configured number of steps.
 """
 from __future__ import annotations
 
+import gc
+import warnings
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -27,6 +29,9 @@ _SELECTS = {"where", "masked_fill", "masked_fill_"}
 _DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
 
 
+_MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
+
+
 class StopObserving(BaseException):
     """Raised to end a script after its last observed step (BaseException: user
     `except Exception` blocks do not swallow it)."""
@@ -42,7 +47,8 @@ class Recorder:
         self.sites = SiteTable()
         self.locator = SourceLocator()
         self.buffer = StepBuffer()
-        self.grads = GradientRecorder(self.buffer)
+        self.grads = GradientRecorder(self.buffer, self.fail)
+        self.error: str | None = None       # leaky's own failure, if one happened
         self.builder = StatsBuilder(self.sites, self.modules, config)
         self.units: dict[int, UnitStats] = {}
         self.cuts: dict[tuple, CutEvent] = {}
@@ -56,6 +62,8 @@ class Recorder:
         self._mode = OpMode(self)
         self._handles: list = []
         self._mode_on = False
+        self._calls_since_step = 0
+        self._optimizer_exists: bool | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -80,8 +88,29 @@ class Recorder:
             self._handles.clear()
             self.grads.remove_all()
             self.modules.__exit__()
-        if self.buffer.records:
-            self._flush()
+        if self.buffer.records and self.error is None:
+            self.guarded(self._flush)
+
+    # -- leaky's own failures ----------------------------------------------------------
+    def fail(self, exc: BaseException) -> None:
+        """Stop observing, keep what was recorded, never break the user's training.
+
+        With config.strict (the test suite sets LEAKY_STRICT=1) the error is raised instead.
+        """
+        if self.config.strict:
+            raise exc
+        if self.error is None:
+            self.error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"leaky stopped observing after an internal error ({self.error}); "
+                          "training continues unobserved. Please report this.", RuntimeWarning, stacklevel=2)
+        self.observing = False
+        self.grads.active = False
+
+    def guarded(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.fail(exc)
 
     @property
     def steps_done(self) -> int:
@@ -192,15 +221,31 @@ class Recorder:
 
     # -- backward and steps ----------------------------------------------------------
     def run_backward(self, func, args, kwargs):
-        if not self.saw_optimizer and self.backward_calls > 0:
-            self._end_step()
+        if self._backward_ends_step():
+            self.guarded(self._end_step)
             if not self.observing:
                 return func(*args, **kwargs)
         loss = args[0] if args else None
         if isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point():
             self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
         self.backward_calls += 1
+        self._calls_since_step += 1
         return func(*args, **kwargs)
+
+    def _backward_ends_step(self) -> bool:
+        """Without an optimizer step seen, does a new backward call start a new step?
+
+        NOTE: gradient accumulation calls backward k times per optimizer step, and before
+        the first step we cannot tell it from a loop with no optimizer. So, once, look
+        for a live optimizer: if one exists its steps delimit the steps (with a cap that
+        keeps memory bounded if it is never stepped); if none does, each backward is a step.
+        """
+        if self.saw_optimizer or not self._calls_since_step:
+            return False
+        if self._optimizer_exists is None:
+            graded = {id(p) for p in self.builder.tracked_params() if p.grad is not None}
+            self._optimizer_exists = bool(graded) and _live_optimizer_over(graded)
+        return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
 
     def _before_opt_step(self, optimizer, args, kwargs) -> None:
         if not self.observing:
@@ -217,8 +262,8 @@ class Recorder:
         if getattr(self, "_in_step", False):
             self._in_step = False
             self._resume_mode()
-            self.observing = True
-            self._end_step()
+            self.observing = self.error is None
+            self.guarded(self._end_step)
 
     def _suspend_mode(self) -> None:
         """Leave the optimizer's many small ops alone: pop our mode if it is on top."""
@@ -247,10 +292,26 @@ class Recorder:
                 self.on_limit()
 
     def _flush(self) -> None:
+        self._calls_since_step = 0
         grads = self.builder.collect_param_grads(self.buffer)
         host = self.buffer.flush()
         self.builder.add_step(self.step, host, grads)
         self.grads.forget_handles()
+
+
+def _live_optimizer_over(param_ids: set[int]) -> bool:
+    """Whether a live optimizer holds one of these parameters (one gc scan)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # isinstance on lazy proxies may warn
+        for obj in gc.get_objects():
+            try:
+                if not isinstance(obj, torch.optim.Optimizer):
+                    continue
+                if any(id(p) in param_ids for group in obj.param_groups for p in group["params"]):
+                    return True
+            except Exception:
+                continue
+    return False
 
 
 def _plain(value):
