@@ -141,6 +141,9 @@ def cmd_audit(args) -> int:
             _write_json(report, args.json)
         return EXIT_UNUSABLE
     print_report(report, out, table=not args.no_table)
+    if report.run.get("internal_error"):
+        out.print(Text(f"leaky: observation stopped early on an internal error: {report.run['internal_error']}",
+                       style="red"))
     if run.error:
         out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
     if args.json and not _write_json(report, args.json):

@@ -108,3 +108,22 @@ def test_steps_limit_stops_observing_but_not_training():
         losses = train(model, 5)
     assert len(losses) == 5
     assert audit.report.run["steps"] == 2
+
+
+def test_an_internal_error_warns_and_never_breaks_training(monkeypatch):
+    from leaky.config import AuditConfig
+    from leaky.record import gradients
+
+    def broken(*args, **kwargs):
+        raise ValueError("simulated leaky bug")
+
+    monkeypatch.setattr(gradients.GradientRecorder, "_record", broken)
+    plain_losses, _ = _run(MLP, audited=False)
+    torch.manual_seed(123)
+    model = MLP()
+    with pytest.warns(RuntimeWarning, match="simulated leaky bug"):
+        with leaky.audit(config=AuditConfig(steps=None, strict=False)) as audit:
+            losses = train(model, 4)
+    assert all(torch.equal(a, b) for a, b in zip(plain_losses, losses))
+    assert "simulated leaky bug" in audit.report.run["internal_error"]
+    assert no_leaky_left() == []
