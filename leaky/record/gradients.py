@@ -36,7 +36,7 @@ class StepBuffer:
     def __init__(self) -> None:
         self.values: list[Tensor] = []
         self.records: list[NodeRecord] = []
-        self.forward_flags: list[tuple[int, Tensor]] = []   # (site, norm of the output)
+        self.forward_flags: list[tuple[int, Tensor, int]] = []   # (site, output norm, numel)
         self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
 
     def __len__(self) -> int:
@@ -45,12 +45,13 @@ class StepBuffer:
     def flush(self) -> "HostStep":
         """The single device-to-host copy of the step."""
         names = list(self.extras)
-        pieces = self.values + [flag for _, flag in self.forward_flags] + [self.extras[n] for n in names]
+        pieces = self.values + [flag for _, flag, _ in self.forward_flags] + [self.extras[n] for n in names]
         host = _to_host(pieces)
         start = len(self.values)
         flags = host[start:start + len(self.forward_flags)]
         extras = dict(zip(names, host[start + len(self.forward_flags):]))
-        step = HostStep(host[:start], list(self.records), [s for s, _ in self.forward_flags], flags, extras)
+        step = HostStep(host[:start], list(self.records), [s for s, _, _ in self.forward_flags], flags, extras,
+                        [n for _, _, n in self.forward_flags])
         self.values, self.records, self.forward_flags, self.extras = [], [], [], {}
         return step
 
@@ -79,16 +80,24 @@ class HostStep:
     forward_sites: list[int]
     forward_finite: np.ndarray     # forward output norms: non-finite where an output was
     extras: dict[str, float]
+    forward_numel: list[int]
+
+
+# Nodes that only reshape, cast or slice: a chain of them ending in AccumulateGrad carries a
+# parameter's gradient (a weight's transpose, an autocast copy), not an activation's.
+_PASS_NODES = ("TBackward", "ViewBackward", "ExpandBackward", "PermuteBackward", "TransposeBackward",
+               "UnsqueezeBackward", "SqueezeBackward", "ToCopyBackward", "SliceBackward", "SelectBackward",
+               "ReshapeAliasBackward", "UnsafeViewBackward", "AliasBackward", "CloneBackward")
 
 
 def leads_to_param(node, depth: int = 3) -> bool:
-    """True for AccumulateGrad, and for a short single-input chain (a weight's transpose or
-    view) that ends in one: such nodes carry a parameter's gradient, not an activation's."""
+    """True for AccumulateGrad, and for a short chain of pass-through nodes ending in one."""
     if node is None:
         return False
-    if type(node).__name__ == "AccumulateGrad":
+    name = type(node).__name__
+    if name == "AccumulateGrad":
         return True
-    if depth == 0:
+    if depth == 0 or not name.startswith(_PASS_NODES):
         return False
     inputs = [fn for fn, _ in node.next_functions if fn is not None]
     return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)

@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from leaky.record.forward import LOSSES
+
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
 
@@ -71,7 +73,12 @@ class OpMode(TorchFunctionMode):
         if name in _CUTS:
             rec.guarded(rec.note_cut, _CUTS[name], args)
             return func(*args, **kwargs)
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            if name in LOSSES:
+                rec.guarded(rec.note_loss_failure, name, args, kwargs, exc)
+            raise
         try:
             if not torch.is_grad_enabled():
                 rec.note_no_grad(args)

@@ -17,11 +17,13 @@ from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
 from leaky.record.activations import ACTIVATIONS, UnitStats, hardtanh_bounds, unit_dim
+from leaky.record.forward import ForwardProbes
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
 from leaky.record.modules import ModuleTracker
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.sites import SiteTable, SourceLocator
-from leaky.stats import AuditStats, CutEvent, StatsBuilder
+from leaky.fold import StatsBuilder
+from leaky.stats import AuditStats, CutEvent
 
 _MATMULS = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum"}
 # Ops that only select values: an -inf attention mask is intended, not an overflow.
@@ -51,6 +53,7 @@ class Recorder:
         self.error: str | None = None       # leaky's own failure, if one happened
         self.builder = StatsBuilder(self.sites, self.modules, config)
         self.units: dict[int, UnitStats] = {}
+        self.probes = ForwardProbes()
         self.cuts: dict[tuple, CutEvent] = {}
         self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -118,7 +121,7 @@ class Recorder:
 
     def finish(self) -> AuditStats:
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
-                                  self.backward_calls)
+                                  self.backward_calls, self.probes)
 
     # -- forward ---------------------------------------------------------------------
     def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
@@ -143,11 +146,15 @@ class Recorder:
                 first_site = site
             self.grads.watch(node, site)
             stack.extend(fn for fn, _ in node.next_functions)
+        if first_site is None:
+            return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
         if out.is_floating_point() and op not in _SELECTS:
             # NOTE: one reduction per op; the norm is non-finite iff some element is (or the
             # sum of squares overflows float32, which only values near overflow reach).
-            self.buffer.forward_flags.append((first_site, torch.linalg.vector_norm(out.detach(), dtype=torch.float32)))
+            norm = torch.linalg.vector_norm(out.detach(), dtype=torch.float32)
+            self.buffer.forward_flags.append((first_site, norm, out.numel()))
+        self.probes.observe(op, first_site, args, kwargs)
         activation = ACTIVATIONS.get(op)
         if activation is not None and out.is_floating_point():
             self._update_units(first_site, activation, out, detail, args)
@@ -187,6 +194,11 @@ class Recorder:
         if out.ndim and out.shape[stats.unit_dim] != stats.units:
             return  # a differently shaped call at the same line: keep the first shape
         stats.update(out, self.step)
+
+    def note_loss_failure(self, op: str, args: tuple, kwargs: dict, exc: Exception) -> None:
+        """A loss call raised (BCE on values outside [0, 1], say): keep what it was given."""
+        site = self.sites.intern(op, "<raised>", self.modules.current, self.locator.locate(), -1)
+        self.probes.loss_failed(op, site, args, kwargs, exc)
 
     # -- cut paths -------------------------------------------------------------------
     def note_cut(self, kind: str, args: tuple) -> None:

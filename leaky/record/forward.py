@@ -1,0 +1,168 @@
+"""Forward-side probes for the wiring checks (LK301-LK303): what reaches the loss, what
+enters the first layer, and how each layer's weights were initialised.
+
+All values stay on the device in small fixed-size tensors and are read once, at the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+# Loss functions and what their first argument must be.
+LOSSES: dict[str, str] = {
+    "cross_entropy": "logits", "binary_cross_entropy_with_logits": "logits",
+    "multilabel_soft_margin_loss": "logits", "nll_loss": "log-probabilities",
+    "kl_div": "log-probabilities", "binary_cross_entropy": "probabilities",
+    "mse_loss": "values", "l1_loss": "values", "smooth_l1_loss": "values", "huber_loss": "values",
+}
+_PASS_THROUGH = ("View", "Reshape", "UnsafeView", "Squeeze", "Unsqueeze", "Permute", "Transpose", "T",
+                 "Select", "Slice", "Clone", "ToCopy", "Expand", "Contiguous")
+_LAYERS = {"linear": "linear", "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "bilinear": "linear"}
+
+
+def producer(tensor: Tensor, depth: int = 4) -> str | None:
+    """The autograd node that made this tensor, looking through views and copies."""
+    node = tensor.grad_fn
+    while node is not None and depth > 0 and type(node).__name__.startswith(_PASS_THROUGH):
+        inputs = [fn for fn, _ in node.next_functions if fn is not None]
+        node = inputs[0] if len(inputs) == 1 else None
+        depth -= 1
+    return None if node is None else type(node).__name__
+
+
+def _running(old: Tensor | None, new: Tensor, reduce) -> Tensor:
+    return new if old is None else reduce(old, new)
+
+
+@dataclass
+class LossProbe:
+    """What reached one loss call site."""
+
+    op: str
+    expects: str
+    input_node: str | None
+    input_shape: tuple[int, ...]
+    target_shape: tuple[int, ...] | None
+    target_dtype: str | None
+    detail: dict = field(default_factory=dict)
+    low: Tensor | None = None               # smallest input value seen
+    high: Tensor | None = None              # largest input value seen
+    target_integral: Tensor | None = None   # all float targets were whole numbers
+    failed: str | None = None               # the loss call raised: its message
+
+    def update(self, x: Tensor, target: Tensor | None) -> None:
+        with torch.no_grad():
+            values = x.detach()
+            if values.is_floating_point() and values.numel():
+                self.low = _running(self.low, values.min().float(), torch.minimum)
+                self.high = _running(self.high, values.max().float(), torch.maximum)
+            if target is not None and target.is_floating_point() and target.numel():
+                whole = (target == target.round()).all()
+                self.target_integral = _running(self.target_integral, whole, torch.logical_and)
+
+    def host(self) -> dict:
+        read = lambda t: None if t is None else t.item()  # noqa: E731
+        return {"low": read(self.low), "high": read(self.high),
+                "target_integral": read(self.target_integral)}
+
+
+@dataclass
+class InputProbe:
+    """Per-feature mean and spread of raw data entering a parameterised layer."""
+
+    feature_dim: int
+    features: int
+    count: int = 0
+    total: Tensor | None = None
+    squares: Tensor | None = None
+
+    def update(self, x: Tensor) -> None:
+        with torch.no_grad():
+            data = x.detach().float()
+            dims = [d for d in range(data.ndim) if d != self.feature_dim]
+            self.count += data.numel() // self.features
+            self.total = _running(self.total, data.sum(dims), torch.add)
+            self.squares = _running(self.squares, (data * data).sum(dims), torch.add)
+
+    def host(self) -> tuple[list[float], list[float]]:
+        mean = self.total / max(self.count, 1)
+        var = (self.squares / max(self.count, 1) - mean * mean).clamp_min(0)
+        return mean.cpu().tolist(), var.sqrt().cpu().tolist()
+
+
+@dataclass
+class WeightProbe:
+    """A layer's weight as first seen: its scale and whether its units are all alike."""
+
+    kind: str            # "linear" | "conv"
+    shape: tuple[int, ...]
+    fan_in: int
+    fan_out: int
+    std: Tensor
+    rows_identical: Tensor
+
+    @classmethod
+    def of(cls, kind: str, weight: Tensor, bias: Tensor | None) -> "WeightProbe":
+        with torch.no_grad():
+            w = weight.detach().float()
+            fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(w) if w.ndim >= 2 else (w.numel(), 1)
+            rows = w.reshape(w.shape[0], -1)
+            same = (rows - rows[:1]).abs().max() == 0 if rows.shape[0] > 1 else torch.tensor(False)
+            if bias is not None and bias.numel() > 1:
+                b = bias.detach().float()
+                same = same & ((b - b[:1]).abs().max() == 0)
+            return cls(kind, tuple(weight.shape), fan_in, fan_out, w.std() if w.numel() > 1 else w.abs().mean(), same)
+
+
+class ForwardProbes:
+    """Keeps the probes of one audit, keyed by site."""
+
+    def __init__(self) -> None:
+        self.losses: dict[int, LossProbe] = {}
+        self.inputs: dict[int, InputProbe] = {}
+        self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
+
+    def observe(self, op: str, site: int, args: tuple, kwargs: dict) -> None:
+        if op in LOSSES:
+            self._loss(op, site, args, kwargs)
+        kind = _LAYERS.get(op)
+        if kind is not None and len(args) > 1 and isinstance(args[1], nn.Parameter):
+            self._layer(kind, site, args, kwargs)
+
+    def loss_failed(self, op: str, site_hint: int | None, args: tuple, kwargs: dict, exc: Exception) -> None:
+        probe = self._probe_for(op, -1 if site_hint is None else site_hint, args, kwargs)
+        probe.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def _probe_for(self, op: str, site: int, args: tuple, kwargs: dict) -> LossProbe:
+        probe = self.losses.get(site)
+        if probe is None:
+            x = args[0]
+            target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
+            detail = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
+            probe = self.losses[site] = LossProbe(
+                op, LOSSES[op], producer(x), tuple(x.shape),
+                tuple(target.shape) if isinstance(target, Tensor) else None,
+                str(target.dtype).replace("torch.", "") if isinstance(target, Tensor) else None, detail)
+        return probe
+
+    def _loss(self, op: str, site: int, args: tuple, kwargs: dict) -> None:
+        if not args or not isinstance(args[0], Tensor):
+            return
+        probe = self._probe_for(op, site, args, kwargs)
+        target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
+        probe.update(args[0], target if isinstance(target, Tensor) else None)
+
+    def _layer(self, kind: str, site: int, args: tuple, kwargs: dict) -> None:
+        x, weight = args[0], args[1]
+        bias = args[2] if len(args) > 2 and isinstance(args[2], Tensor) else kwargs.get("bias")
+        if id(weight) not in self.weights:
+            self.weights[id(weight)] = (site, WeightProbe.of(kind, weight, bias))
+        if isinstance(x, Tensor) and x.is_floating_point() and not x.requires_grad and x.ndim >= 1:
+            dim = 1 if kind == "conv" and x.ndim >= 3 else x.ndim - 1
+            probe = self.inputs.get(site)
+            if probe is None:
+                probe = self.inputs[site] = InputProbe(dim, x.shape[dim])
+            if x.shape[dim] == probe.features:
+                probe.update(x)
