@@ -15,8 +15,8 @@ from torch import nn
 from leaky.config import AuditConfig
 from leaky.record.activations import UnitStats, median_from_hist
 from leaky.record.gradients import HostStep
-from leaky.stats import (ActivationStats, AuditStats, Cut, InputStats, LossStats, NonFinite, OpStats,
-                         ParamStats, WeightStats, _source)
+from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
+                         OpStats, ParamStats, WeightStats, _source)
 
 
 class _SiteAcc:
@@ -193,7 +193,7 @@ class StatsBuilder:
 
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
-              backward_calls: int, probes) -> AuditStats:
+              backward_calls: int, probes, function_checks: dict) -> AuditStats:
         from leaky.record.recurrence import find_recurrences  # local: uses the op table below
 
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
@@ -211,7 +211,15 @@ class StatsBuilder:
         losses_seen, inputs, weights = self._probe_stats(probes)
         return AuditStats(self.steps, backward_calls, bool(optimizers), ops, activations, params,
                           recurrences, nonfinite, cut_list, tuple(self.losses), tuple(self.grad_norms),
-                          types, ran, self.clean_steps, losses_seen, inputs, weights)
+                          types, ran, self.clean_steps, losses_seen, inputs, weights,
+                          tuple(self._function_stats(function_checks)))
+
+    def _function_stats(self, checks: dict):
+        for check in checks.values():
+            wrong = tuple({"input": v.index, "relative_error": v.relative_error, "analytic": v.analytic,
+                           "numeric": v.numeric} for v in check.result.wrong)
+            yield FunctionStats(check.name, self.modules.name(check.module), _source(check.where),
+                                check.result.checked, check.result.note, wrong)
 
     def _where(self, site: int):
         record = self.sites.sites[site]
@@ -224,7 +232,7 @@ class StatsBuilder:
             values = probe.host()
             module, source = self._where(site)
             losses.append(LossStats(site, probe.op, probe.expects, module, source, probe.input_node,
-                                    probe.input_shape, probe.target_shape, probe.target_dtype, values["low"],
+                                    probe.input_site, probe.input_shape, probe.target_shape, probe.target_dtype, values["low"],
                                     values["high"], values["target_integral"], probe.failed, probe.detail))
         inputs = []
         for site, probe in probes.inputs.items():

@@ -113,6 +113,7 @@ class LossStats:
     module: str | None
     source: Source | None
     input_node: str | None        # autograd node that produced the input, through views
+    input_site: int | None        # the site of that node, when leaky recorded it
     input_shape: tuple[int, ...]
     target_shape: tuple[int, ...] | None
     target_dtype: str | None
@@ -152,6 +153,18 @@ class WeightStats:
 
 
 @dataclass(frozen=True)
+class FunctionStats:
+    """A custom autograd.Function re-checked against finite differences."""
+
+    name: str
+    module: str | None
+    source: Source | None
+    checked: bool
+    note: str
+    wrong: tuple[dict, ...]       # per wrong input: index, relative_error, analytic, numeric
+
+
+@dataclass(frozen=True)
 class AuditStats:
     steps: int
     backward_calls: int
@@ -170,6 +183,7 @@ class AuditStats:
     losses_seen: tuple[LossStats, ...] = ()
     inputs: tuple[InputStats, ...] = ()
     weights: tuple[WeightStats, ...] = ()
+    functions: tuple[FunctionStats, ...] = ()
 
     @classmethod
     def empty(cls) -> "AuditStats":

@@ -7,6 +7,7 @@ import warnings
 import pytest
 
 import leaky
+from leaky.demo import audit_example as _audit_example
 from leaky.demo import serious, unmet
 from leaky.finding import Severity
 from leaky.zoo import EXAMPLES, marker_line
@@ -16,9 +17,7 @@ HEALTHY = sorted(name for name, ex in EXAMPLES.items() if ex.healthy)
 
 
 def audit_example(name: str, steps: int = 20, seed: int = 0):
-    with leaky.audit(steps=steps) as audit:
-        EXAMPLES[name].run(steps=steps, seed=seed)
-    return audit.report
+    return _audit_example(EXAMPLES[name], steps, seed)
 
 
 @pytest.mark.parametrize("name", BROKEN)

@@ -27,7 +27,8 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 _MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "exploding_gradient",
-            "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path")
+            "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path",
+            "loss_output_mismatch", "bad_initialization", "unnormalized_input", "wrong_gradient")
 
 
 def register(code: str, name: str, summary: str) -> Callable[[CheckFn], CheckFn]:

@@ -22,14 +22,14 @@ _PASS_THROUGH = ("View", "Reshape", "UnsafeView", "Squeeze", "Unsqueeze", "Permu
 _LAYERS = {"linear": "linear", "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "bilinear": "linear"}
 
 
-def producer(tensor: Tensor, depth: int = 4) -> str | None:
+def producer(tensor: Tensor, depth: int = 4):
     """The autograd node that made this tensor, looking through views and copies."""
     node = tensor.grad_fn
     while node is not None and depth > 0 and type(node).__name__.startswith(_PASS_THROUGH):
         inputs = [fn for fn, _ in node.next_functions if fn is not None]
         node = inputs[0] if len(inputs) == 1 else None
         depth -= 1
-    return None if node is None else type(node).__name__
+    return node
 
 
 def _running(old: Tensor | None, new: Tensor, reduce) -> Tensor:
@@ -43,6 +43,7 @@ class LossProbe:
     op: str
     expects: str
     input_node: str | None
+    input_site: int | None                  # the site that produced the input, if recorded
     input_shape: tuple[int, ...]
     target_shape: tuple[int, ...] | None
     target_dtype: str | None
@@ -119,7 +120,8 @@ class WeightProbe:
 class ForwardProbes:
     """Keeps the probes of one audit, keyed by site."""
 
-    def __init__(self) -> None:
+    def __init__(self, mark) -> None:
+        self.mark = mark   # the recorder's key in node.metadata: node -> site
         self.losses: dict[int, LossProbe] = {}
         self.inputs: dict[int, InputProbe] = {}
         self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
@@ -132,8 +134,12 @@ class ForwardProbes:
             self._layer(kind, site, args, kwargs)
 
     def loss_failed(self, op: str, site_hint: int | None, args: tuple, kwargs: dict, exc: Exception) -> None:
+        if not args or not isinstance(args[0], Tensor):
+            return
         probe = self._probe_for(op, -1 if site_hint is None else site_hint, args, kwargs)
         probe.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
+        probe.update(args[0], target if isinstance(target, Tensor) else None)
 
     def _probe_for(self, op: str, site: int, args: tuple, kwargs: dict) -> LossProbe:
         probe = self.losses.get(site)
@@ -141,8 +147,10 @@ class ForwardProbes:
             x = args[0]
             target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
             detail = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
+            node = producer(x) if isinstance(x, Tensor) else None
             probe = self.losses[site] = LossProbe(
-                op, LOSSES[op], producer(x), tuple(x.shape),
+                op, LOSSES[op], None if node is None else type(node).__name__,
+                None if node is None else node.metadata.get(self.mark), tuple(x.shape),
                 tuple(target.shape) if isinstance(target, Tensor) else None,
                 str(target.dtype).replace("torch.", "") if isinstance(target, Tensor) else None, detail)
         return probe

@@ -35,6 +35,7 @@ class ModuleTracker:
         self._by_id: dict[int, int] = {}
         self._stack: list[int] = []
         self._handles: list[RemovableHandle] = []
+        self._root_params: dict[int, bool] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> "ModuleTracker":
@@ -64,11 +65,19 @@ class ModuleTracker:
         if key is None:
             return None
         info = self.infos[key]
-        multi = len(self.root_labels) > 1
-        if not multi:
+        # NOTE: roots without parameters (a loss module such as nn.CrossEntropyLoss()) do
+        # not make a second model: only roots that own parameters get prefixes.
+        multi = sum(1 for root in self.root_labels if self._has_params(root)) > 1
+        if not multi or not self._has_params(info.root):
             return info.path or info.type_name
         label = self.root_labels[info.root]
         return f"{label}.{info.path}" if info.path else label
+
+    def _has_params(self, root: int) -> bool:
+        cached = self._root_params.get(root)
+        if cached is None:
+            cached = self._root_params[root] = any(True for _ in self.infos[root].module.parameters())
+        return cached
 
     def parameters(self):
         """(module key, param name, parameter) for every parameter of every root."""

@@ -18,6 +18,7 @@ from torch.optim import optimizer as optim_globals
 from leaky.config import AuditConfig
 from leaky.record.activations import ACTIVATIONS, UnitStats, hardtanh_bounds, unit_dim
 from leaky.record.forward import ForwardProbes
+from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
 from leaky.record.modules import ModuleTracker
 from leaky.record.opmode import OpMode, parameters_in
@@ -53,7 +54,8 @@ class Recorder:
         self.error: str | None = None       # leaky's own failure, if one happened
         self.builder = StatsBuilder(self.sites, self.modules, config)
         self.units: dict[int, UnitStats] = {}
-        self.probes = ForwardProbes()
+        self.probes = ForwardProbes(("leaky", id(self)))
+        self.functions = FunctionWatch(self)
         self.cuts: dict[tuple, CutEvent] = {}
         self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -73,6 +75,7 @@ class Recorder:
         self.modules.__enter__()
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
         self._handles.append(optim_globals.register_optimizer_step_post_hook(self._after_opt_step))
+        self.functions.__enter__()
         self._mode.__enter__()
         self._mode_on = True
         self.observing = True
@@ -91,6 +94,7 @@ class Recorder:
             self._handles.clear()
             self.grads.remove_all()
             self.modules.__exit__()
+            self.functions.__exit__()
         if self.buffer.records and self.error is None:
             self.guarded(self._flush)
 
@@ -121,7 +125,7 @@ class Recorder:
 
     def finish(self) -> AuditStats:
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
-                                  self.backward_calls, self.probes)
+                                  self.backward_calls, self.probes, self.functions.checks)
 
     # -- forward ---------------------------------------------------------------------
     def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:

@@ -25,16 +25,17 @@ Themes, one module each:
 - ``traps``: zero-gradient ops (round, size-1 softmax) and NaN/Inf origins
 - ``paths``: cut gradient paths (detach, .data, no_grad, unused branch, NumPy)
 - ``depth``: deep MLPs whose per-layer gain explodes or vanishes
+- ``wiring``: wrong from step zero: loss/output mismatches, initialisation, raw inputs
 - ``healthy``: well set-up models, including the fixes of broken examples
 """
 from __future__ import annotations
 
-from leaky.zoo import depth, healthy, karpathy, paths, traps
+from leaky.zoo import depth, healthy, karpathy, paths, traps, wiring
 from leaky.zoo._base import Example, Expect
 
 __all__ = ["EXAMPLES", "Example", "Expect", "get", "marker_line"]
 
-_THEMES = (karpathy, traps, paths, depth, healthy)
+_THEMES = (karpathy, traps, paths, depth, wiring, healthy)
 
 
 def _collect() -> dict[str, Example]:

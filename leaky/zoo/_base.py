@@ -32,6 +32,7 @@ class Example:
     healthy: bool
     fixed_by: str | None = None       # broken examples: the healthy example that fixes them
     file: str = ""                    # absolute path of the defining module
+    raises: bool = False              # the user's script itself fails (leaky must still explain why)
 
 
 def data_generator(seed: int) -> torch.Generator:

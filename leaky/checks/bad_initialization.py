@@ -1,0 +1,95 @@
+"""LK302 bad-initialization: the forward signal grows or shrinks geometrically with depth,
+a weight's scale is far from its fan-in scale, or a layer's units are all identical.
+
+For y = W x with i.i.d. weights of std s and fan-in n, Var(y) = n s^2 Var(x): a layer
+multiplies the signal's scale by sqrt(n) s. Kaiming (ReLU, which halves the variance) uses
+s = sqrt(2/n); Xavier (tanh/sigmoid) uses s = sqrt(2/(n_in + n_out)). Off by a factor g
+per layer, the signal after L layers is off by g^L. Units with identical weights compute
+the same output and get the same gradient, so no amount of training separates them.
+Everything here is measured on the first observed step: the initialisation.
+"""
+from __future__ import annotations
+
+import math
+
+from leaky.checks import register
+from leaky.checks._layers import expected_std, following_activation
+from leaky.checks._util import num, severity_above
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity
+from leaky.stats import AuditStats, WeightStats
+
+_SCALE_WARNING, _SCALE_ERROR = 10.0, 30.0     # weight std / fan-based std
+_DEPTH_WARNING, _DEPTH_ERROR = 2.0, 4.0       # orders of magnitude across the layers
+_MIN_LAYERS = 4
+_CONSISTENT = 0.75                            # share of layer-to-layer steps in the same direction
+
+
+@register("LK302", "bad-initialization", "the forward signal grows or shrinks geometrically with depth, or units are symmetric")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    findings = [f for w in stats.weights for f in (_symmetric(w, stats), _scale(w, stats)) if f is not None]
+    depth = _depth(stats)
+    if depth is not None:
+        findings.append(depth)
+    return findings
+
+
+def _symmetric(weight: WeightStats, stats: AuditStats) -> Finding | None:
+    if not weight.rows_identical or weight.shape[0] < 2:
+        return None
+    op = stats.op(weight.site)
+    message = (f"all {weight.shape[0]} units of {weight.module} start with identical weights (and bias): they "
+               "compute the same output and receive the same gradient, so training can never make them "
+               "differ; the layer acts as a single unit.")
+    _, init = expected_std(None, weight.fan_in, weight.fan_out)
+    fix = f"Break the symmetry with a random init: {init} (or its default), not a constant."
+    return Finding("bad-initialization", "LK302", Severity.ERROR, message, fix, weight.module,
+                   op.op if op else weight.kind, op.source if op else None, None,
+                   {"units": weight.shape[0], "parameter": f"{weight.module}.{weight.param}"})
+
+
+def _scale(weight: WeightStats, stats: AuditStats) -> Finding | None:
+    act = following_activation(stats, weight.site)
+    family = act.family if act is not None else None
+    expected, init = expected_std(family, weight.fan_in, weight.fan_out)
+    ratio = weight.std / expected if expected else 0.0
+    severity = severity_above(ratio, _SCALE_WARNING, _SCALE_ERROR)
+    if severity is None:
+        return None
+    op = stats.op(weight.site)
+    after = f"the {family} after it" if family else "no nonlinearity after it"
+    message = (f"{weight.module}.{weight.param} starts with std {num(weight.std)}, {num(ratio)}× the fan-based "
+               f"std {num(expected)} for fan-in {weight.fan_in} and {after}: each unit's pre-activation is "
+               f"sqrt(fan_in)·std ≈ {num(math.sqrt(weight.fan_in) * weight.std)}× its input's scale.")
+    return Finding("bad-initialization", "LK302", severity, message, f"Re-initialise it: {init}.", weight.module,
+                   op.op if op else weight.kind, op.source if op else None, None,
+                   {"std": weight.std, "expected_std": expected, "ratio": ratio, "fan_in": weight.fan_in,
+                    "fan_out": weight.fan_out, "next_nonlinearity": family})
+
+
+def _depth(stats: AuditStats) -> Finding | None:
+    layers = sorted((stats.op(w.site) for w in stats.weights), key=lambda op: op.first_seq if op else 0)
+    layers = [op for op in layers if op is not None and op.out_rms and math.isfinite(op.out_rms)]
+    if len(layers) < _MIN_LAYERS:
+        return None
+    logs = [math.log10(op.out_rms) for op in layers]
+    orders = logs[-1] - logs[0]
+    steps = [b - a for a, b in zip(logs, logs[1:])]
+    same_way = sum(1 for s in steps if s * orders > 0) / len(steps)
+    severity = severity_above(abs(orders), _DEPTH_WARNING, _DEPTH_ERROR)
+    if severity is None or same_way < _CONSISTENT:
+        return None
+    worst = max(range(len(steps)), key=lambda i: abs(steps[i]) if steps[i] * orders > 0 else -1)
+    culprit = layers[worst + 1]
+    way = "grows" if orders > 0 else "shrinks"
+    per_layer = 10 ** (orders / (len(layers) - 1))
+    message = (f"the forward signal {way} geometrically with depth: the output scale (RMS) of the "
+               f"{len(layers)} layers goes from {num(layers[0].out_rms)} at {layers[0].module} to "
+               f"{num(layers[-1].out_rms)} at {layers[-1].module} ({abs(orders):.1f} orders of magnitude, "
+               f"×{num(per_layer)} per layer); the largest step is at {culprit.module}.")
+    fix = ("Initialise each layer for the nonlinearity after it (nn.init.kaiming_normal_ for ReLU, "
+           "nn.init.xavier_normal_ for tanh/sigmoid), or add normalisation (LayerNorm/BatchNorm) between layers.")
+    evidence = {"orders_of_magnitude": orders, "per_layer_gain": per_layer,
+                "layer_rms": [{"module": op.module, "rms": op.out_rms} for op in layers]}
+    return Finding("bad-initialization", "LK302", severity, message, fix, culprit.module, culprit.op,
+                   culprit.source, 0, evidence)
