@@ -19,11 +19,31 @@ from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputS
                          OpStats, ParamStats, WeightStats, _source)
 
 
+def _loss_scaler() -> dict | None:
+    """A live, enabled torch.amp.GradScaler and its current scale (one gc scan, at the end)."""
+    import gc
+    import warnings
+
+    scaler_types = tuple(t for t in (getattr(torch.amp, "GradScaler", None),
+                                     getattr(getattr(torch, "cuda", None) and torch.cuda.amp, "GradScaler", None))
+                         if isinstance(t, type))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, scaler_types) and obj.is_enabled():
+                    return {"scale": float(obj.get_scale())}
+            except Exception:
+                continue
+    return None
+
+
 class _SiteAcc:
     """Running sums for one site."""
 
     __slots__ = ("steps", "occ", "log_in", "n_in", "log_out", "n_out", "log_par", "n_par",
-                 "log_gain", "n_gain", "nonzero_in", "zeroed", "profile")
+                 "log_gain", "n_gain", "nonzero_in", "zeroed", "profile", "half_zero", "half_subnormal",
+                 "half_numel")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -33,6 +53,8 @@ class _SiteAcc:
         self.nonzero_in = 0.0
         self.zeroed = 0.0
         self.profile: list[tuple[int, float]] = []
+        self.half_zero = self.half_subnormal = 0.0   # low-precision gradients arriving
+        self.half_numel = 0
 
 
 def _log(value: float) -> float | None:
@@ -98,17 +120,25 @@ class StatsBuilder:
     def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int]) -> None:
         self.steps += 1
         per_site = self._per_site(host)
-        bad = self._forward_nonfinite(step, host) | self._backward_nonfinite(step, host)
-        if bad and self.first_bad_step is None:
+        forward_bad = self._forward_nonfinite(step, host)
+        backward_bad = self._backward_nonfinite(step, host)
+        loss_bad = "loss" in host.extras and not math.isfinite(host.extras["loss"])
+        if (forward_bad or loss_bad) and self.first_bad_step is None:
             self.first_bad_step = step
-        if self.first_bad_step is None:
+        # NOTE: a step whose only non-finite values are gradients (a loss scaler's overflow
+        # step, which the scaler skips) is left out of the sums but does not end them.
+        if self.first_bad_step is None and not backward_bad:
             self._first_rms(host)
             # NOTE: once a NaN/Inf appears, every later statistic describes the NaN, not the
             # model: the per-site statistics keep only the steps before it.
-            for site, (sq_in, sq_act, sq_par, occ, has_act, has_par, prof, nz_in, zeroed) in per_site.items():
+            for site, (sq_in, sq_act, sq_par, occ, has_act, has_par, prof, nz_in, zeroed, half_zero, half_sub,
+                       half_numel) in per_site.items():
                 acc = self.acc[site]
                 acc.nonzero_in += nz_in
                 acc.zeroed += zeroed
+                acc.half_zero += half_zero
+                acc.half_subnormal += half_sub
+                acc.half_numel += half_numel
                 self._fold(acc, math.sqrt(sq_in), math.sqrt(sq_act) if has_act else None,
                            math.sqrt(sq_par) if has_par else None, occ, prof)
         self._param_grads(grads, host.values)
@@ -128,7 +158,7 @@ class StatsBuilder:
             end = rec.offset + rec.n_in + rec.n_act + rec.n_param
             norms = values[rec.offset:end]
             n_in = _norm(norms[:rec.n_in])
-            cur = per_site.setdefault(rec.site, [0.0, 0.0, 0.0, 0, False, False, [], 0.0, 0.0])
+            cur = per_site.setdefault(rec.site, [0.0, 0.0, 0.0, 0, False, False, [], 0.0, 0.0, 0.0, 0.0, 0])
             cur[0] += n_in * n_in
             cur[1] += _norm(norms[rec.n_in:rec.n_in + rec.n_act]) ** 2
             cur[2] += _norm(norms[rec.n_in + rec.n_act:end]) ** 2
@@ -136,10 +166,16 @@ class StatsBuilder:
             cur[4] |= rec.n_act > 0
             cur[5] |= rec.n_param > 0
             cur[6].append((rec.seq, n_in))
+            extra = end
             if rec.counted:
-                nz_in, nz_act = values[end], values[end + 1]
+                nz_in, nz_act = values[extra], values[extra + 1]
                 cur[7] += nz_in
                 cur[8] += max(0.0, nz_in - nz_act)
+                extra += 2
+            if rec.half:
+                cur[9] += values[extra]
+                cur[10] += values[extra + 1]
+                cur[11] += rec.numel_in
         return per_site
 
     def _fold(self, acc: _SiteAcc, n_in, n_act, n_par, occ, prof) -> None:
@@ -209,10 +245,11 @@ class StatsBuilder:
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         ran = frozenset(op.module for op in ops if op.module is not None)
         losses_seen, inputs, weights = self._probe_stats(probes)
+        scaler = _loss_scaler() if any(op.underflow_share is not None for op in ops) else None
         return AuditStats(self.steps, backward_calls, bool(optimizers), ops, activations, params,
                           recurrences, nonfinite, cut_list, tuple(self.losses), tuple(self.grad_norms),
                           types, ran, self.clean_steps, losses_seen, inputs, weights,
-                          tuple(self._function_stats(function_checks)))
+                          tuple(self._function_stats(function_checks)), scaler)
 
     def _function_stats(self, checks: dict):
         for check in checks.values():
@@ -261,7 +298,9 @@ class StatsBuilder:
                        acc.occ / acc.steps if acc.steps else 0.0, mean(acc.log_in, acc.n_in),
                        mean(acc.log_out, acc.n_out), mean(acc.log_par, acc.n_par),
                        mean(acc.log_gain, acc.n_gain), zeroed, acc.nonzero_in, profile, dict(site.detail),
-                       self.first_rms.get(site.index))
+                       self.first_rms.get(site.index),
+                       acc.half_zero / acc.half_numel if acc.half_numel else None,
+                       acc.half_subnormal / acc.half_numel if acc.half_numel else None)
 
     @property
     def clean_steps(self) -> int:

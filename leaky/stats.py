@@ -42,6 +42,8 @@ class OpStats:
     profile: tuple[float, ...] | None   # last step: arriving norm per occurrence, in forward order
     detail: dict[str, Any] = field(default_factory=dict)
     out_rms: float | None = None         # first clean step: root-mean-square of its forward output
+    underflow_share: float | None = None  # float16/bfloat16 gradient arriving at a dense op: share exactly 0
+    subnormal_share: float | None = None  # ... share below the smallest normal number
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ class AuditStats:
     inputs: tuple[InputStats, ...] = ()
     weights: tuple[WeightStats, ...] = ()
     functions: tuple[FunctionStats, ...] = ()
+    loss_scaler: dict | None = None   # a live, enabled GradScaler: {"scale": float}; None if none
 
     @classmethod
     def empty(cls) -> "AuditStats":

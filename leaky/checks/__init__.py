@@ -28,7 +28,8 @@ CHECKS: dict[str, Check] = {}
 
 _MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "exploding_gradient",
             "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path",
-            "loss_output_mismatch", "bad_initialization", "unnormalized_input", "wrong_gradient")
+            "loss_output_mismatch", "bad_initialization", "unnormalized_input", "precision_underflow",
+            "wrong_gradient")
 
 
 def register(code: str, name: str, summary: str) -> Callable[[CheckFn], CheckFn]:

@@ -46,6 +46,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     loss_bad = any(not math.isfinite(loss) for loss in stats.losses)
     if forward is not None and backward is None and not loss_bad:
         forward = None   # e.g. an -inf that a later op masked: it never reached the loss
+    if backward is not None and stats.loss_scaler is not None and not loss_bad and forward is None:
+        backward = None  # a GradScaler's overflow step: the scaler skips it and lowers the scale
     ordered = sorted((e for e in (forward, backward) if e is not None),
                      key=lambda e: (e.step, e.phase == "backward"))
     if not ordered:

@@ -28,6 +28,7 @@ class NodeRecord:
     n_param: int        # gradients sent to parameters (AccumulateGrad)
     counted: bool       # whether nonzero counts were taken (elementwise node)
     numel_in: int
+    half: bool = False  # low-precision counts follow: zeros and subnormals arriving
 
 
 class StepBuffer:
@@ -124,6 +125,9 @@ def can_zero(node) -> bool:
     return verdict
 
 
+_SMALL_RANGE = (torch.float16, torch.bfloat16)
+
+
 class GradientRecorder:
     """Registers node hooks and writes what they see into a StepBuffer."""
 
@@ -179,5 +183,14 @@ class GradientRecorder:
                 values.append(_count_nonzero(matched[0]))
             else:
                 values.append(torch.stack([_count_nonzero(g) for g in matched]).max())
+        half = not zeroing and arriving[0].dtype in _SMALL_RANGE
+        if half:
+            # NOTE: a dense gradient (not from a ReLU, a mask, a clamp...) has no exact zeros
+            # in float32; in float16 the values below 2**-24 flush to 0 and those below the
+            # smallest normal (6.1e-5) keep only a few bits.
+            g = arriving[0]
+            tiny = torch.finfo(g.dtype).tiny
+            values.append(g.numel() - _count_nonzero(g))
+            values.append(((g != 0) & (g.abs() < tiny)).sum())
         self.buffer.records.append(
-            NodeRecord(site, seq, offset, len(arriving), len(acts), len(params), counted, numel_in))
+            NodeRecord(site, seq, offset, len(arriving), len(acts), len(params), counted, numel_in, half))

@@ -266,6 +266,63 @@ def run_correct_custom_backward(steps: int = 20, seed: int = 0) -> list[float]:
     return _classify(HandWritten(ScaledTanh), F.cross_entropy, steps, seed)
 
 
+class SmallRegressor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 64)
+        self.act1 = nn.Tanh()
+        self.fc2 = nn.Linear(64, 64)
+        self.act2 = nn.Tanh()
+        self.fc3 = nn.Linear(64, 1)
+
+    def forward(self, x):
+        x = self.fc1(x)  # LK304-fc1
+        x = self.act1(x)
+        x = self.fc2(x)
+        x = self.act2(x)
+        return self.fc3(x)
+
+
+def _run_precision(steps: int, seed: int, mode: str) -> list[float]:
+    """Targets of size ~1e-3 (a residual, say): per-element gradients of ~1e-6 and below."""
+    torch.manual_seed(seed)
+    gen = data_generator(seed)
+    x_all = torch.randn(512, 16, generator=gen)
+    y_all = torch.tanh(x_all[:, :1]) * 1e-3
+    model = SmallRegressor()
+    if mode == "half":
+        model = model.half()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", enabled=mode == "fp16-scaled")
+    autocast = {"fp16-scaled": torch.float16, "bf16": torch.bfloat16}.get(mode)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 128, step)
+        x, y = x_all[rows], y_all[rows]
+        if mode == "half":
+            x, y = x.half(), y.half()
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = F.mse_loss(model(x).float(), y.float())
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    return losses
+
+
+def run_fp16_no_scaler(steps: int = 20, seed: int = 0) -> list[float]:
+    return _run_precision(steps, seed, "half")
+
+
+def run_amp_grad_scaler(steps: int = 20, seed: int = 0) -> list[float]:
+    return _run_precision(steps, seed, "fp16-scaled")
+
+
+def run_amp_bf16(steps: int = 20, seed: int = 0) -> list[float]:
+    return _run_precision(steps, seed, "bf16")
+
+
 def _broken(name, title, run, *expect, fixed_by=None, raises=False):
     return Example(name, title, run, tuple(expect), healthy=False, fixed_by=fixed_by, file=FILE, raises=raises)
 
@@ -299,6 +356,10 @@ EXAMPLES = [
             fixed_by="correct-custom-backward"),
     _healthy("correct-custom-backward", "The same custom Function with a correct backward",
              run_correct_custom_backward),
+    _broken("fp16-no-scaler", "model.half() trained on small targets without loss scaling", run_fp16_no_scaler,
+            Expect("LK304", "fc1", "LK304-fc1"), fixed_by="amp-grad-scaler"),
+    _healthy("amp-grad-scaler", "float32 weights, float16 autocast and a GradScaler", run_amp_grad_scaler),
+    _healthy("amp-bf16", "float32 weights and bfloat16 autocast", run_amp_bf16),
     _healthy("deep-kaiming-batchnorm", "8 ReLU layers, Kaiming init and BatchNorm", run_deep_kaiming_batchnorm),
     _healthy("standardized-input", "The same sensor data, standardised per feature", run_standardized_input),
 ]

@@ -1,0 +1,50 @@
+"""LK304 precision-underflow: float16 gradients flushed to zero or left with a few bits.
+
+float16 has 10 mantissa bits and a smallest normal number of 2**-14 = 6.1e-5; below it
+values are subnormal (fewer bits) down to 2**-24 = 6e-8, and below that they are 0.
+Gradients of a mean-reduced loss are often 1e-6..1e-9 per element, so without loss
+scaling most of them lose their precision or vanish. A GradScaler multiplies the loss by
+S (e.g. 65536) before backward and divides the gradients by S before the step, moving
+them into the normal range. bfloat16 keeps float32's exponent range, so it rarely
+underflows. leaky measures, at ops whose float32 gradient would be dense (not a ReLU,
+clamp or mask), the share of float16/bfloat16 gradient elements that are exactly 0 or
+subnormal.
+"""
+from __future__ import annotations
+
+from leaky.checks import register
+from leaky.checks._util import num, pct, severity_above
+from leaky.config import AuditConfig
+from leaky.finding import Finding
+from leaky.stats import AuditStats
+
+_WARNING, _ERROR = 0.10, 0.50
+
+
+@register("LK304", "precision-underflow", "fp16/bf16 gradients flushed to zero, or no effective loss scaling")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    candidates = [op for op in stats.ops if op.underflow_share is not None and op.steps]
+    if not candidates:
+        return []
+    worst = max(candidates, key=lambda op: op.underflow_share + op.subnormal_share)
+    lost = worst.underflow_share + worst.subnormal_share
+    severity = severity_above(lost, _WARNING, _ERROR)
+    if severity is None:
+        return []
+    scaler = stats.loss_scaler
+    scaling = (f"a GradScaler is active with scale {num(scaler['scale'])}, yet it is not enough"
+               if scaler else "no GradScaler is active")
+    message = (f"gradients arriving at {worst.op} ({worst.module or 'the loss code'}) are in low precision: "
+               f"{pct(worst.underflow_share)} are exactly 0 and {pct(worst.subnormal_share)} are subnormal "
+               f"(< 6.1e-5, a few bits left), where float32 would hold them all; {scaling}.")
+    if scaler:
+        fix = ("Raise the GradScaler's init_scale or let it grow (growth_interval), or switch to "
+               "torch.autocast(dtype=torch.bfloat16), whose range matches float32.")
+    else:
+        fix = ("Keep the parameters in float32 and train under torch.autocast(device_type, dtype=torch.float16) "
+               "with scaler = torch.amp.GradScaler(): scaler.scale(loss).backward(); scaler.step(opt); "
+               "scaler.update(). Or use bfloat16, or compute the loss in float32.")
+    evidence = {"zero_share": worst.underflow_share, "subnormal_share": worst.subnormal_share,
+                "loss_scaler": scaler, "ops_checked": len(candidates)}
+    return [Finding("precision-underflow", "LK304", severity, message, fix, worst.module, worst.op, worst.source,
+                    None, evidence)]
