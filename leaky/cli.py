@@ -87,8 +87,9 @@ class _Progress:
             return
         builder = recorder.builder
         total = f"/{self.total}" if self.total else ""
-        loss = f" · loss {builder.losses[-1]:.4g}" if builder.losses else ""
-        norm = f" · grad norm {builder.grad_norms[-1]:.3g}" if builder.grad_norms else ""
+        last = builder.series[-1] if builder.series else (None, None, None, None)
+        loss = f" · loss {last[1]:.4g}" if last[1] is not None else ""
+        norm = f" · grad norm {last[2]:.3g}" if last[2] is not None else ""
         self.live.update(Text(f"leaky: step {builder.steps}{total}{loss}{norm}", style="dim"))
 
 

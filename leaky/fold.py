@@ -6,7 +6,7 @@ size: per site a few running sums and the last step's per-occurrence profile.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import numpy as np
 import torch
@@ -17,6 +17,10 @@ from leaky.record.activations import UnitStats, median_from_hist
 from leaky.record.gradients import HostStep
 from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
                          OpStats, ParamStats, WeightStats, _source)
+
+
+SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
+UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
 
 
 def _loss_scaler() -> dict | None:
@@ -72,8 +76,12 @@ class StatsBuilder:
         self.config = config
         self.steps = 0
         self.acc: dict[int, _SiteAcc] = defaultdict(_SiteAcc)
-        self.losses: list[float] = []
-        self.grad_norms: list[float] = []
+        # every step (sampled or not): (step, loss, total grad norm, learning rate)
+        self.series: deque[tuple[int, float | None, float | None, float | None]] = deque(maxlen=SERIES_LIMIT)
+        self.sample_steps: deque[int] = deque(maxlen=SERIES_LIMIT)   # steps observed in detail
+        self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))  # param -> (step, ratio, grad)
+        self.carried_steps = 0        # sampled steps whose first backward found old gradients
+        self.carry_checked = 0
         self.nonfinite: dict[str, tuple[int, int, str]] = {}
         self.first_bad_step: int | None = None   # first step with a NaN/Inf anywhere
         self.first_rms: dict[int, float] = {}    # site -> forward output RMS, first clean step
@@ -117,8 +125,15 @@ class StatsBuilder:
         return [id(p) for p in with_grad], offset
 
     # -- per step ----------------------------------------------------------------------
-    def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int]) -> None:
+    def add_series(self, rows) -> None:
+        self.series.extend(rows)
+
+    def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int], updates=None) -> None:
         self.steps += 1
+        self.sample_steps.append(step)
+        if "carried" in host.extras:
+            self.carry_checked += 1
+            self.carried_steps += bool(host.extras["carried"] > 0)
         per_site = self._per_site(host)
         forward_bad = self._forward_nonfinite(step, host)
         backward_bad = self._backward_nonfinite(step, host)
@@ -141,9 +156,16 @@ class StatsBuilder:
                 acc.half_numel += half_numel
                 self._fold(acc, math.sqrt(sq_in), math.sqrt(sq_act) if has_act else None,
                            math.sqrt(sq_par) if has_par else None, occ, prof)
-        self._param_grads(grads, host.values)
-        if "loss" in host.extras:
-            self.losses.append(float(host.extras["loss"]))
+        graded = self._param_grads(grads, host.values)
+        if updates is not None:
+            self._updates(step, updates, host.values, graded)
+
+    def _updates(self, step: int, layout, values: np.ndarray, graded: set[int]) -> None:
+        ids, offset = layout
+        n = len(ids)
+        for pid, update, weight in zip(ids, values[offset:offset + n], values[offset + n:offset + 2 * n]):
+            ratio = float(update / weight) if weight > 0 else None
+            self.updates[pid].append((step, ratio, pid in graded, float(update)))
 
     def _first_rms(self, host: HostStep) -> None:
         for site, norm, numel in zip(host.forward_sites, host.forward_finite, host.forward_numel):
@@ -218,14 +240,17 @@ class StatsBuilder:
             self.nonfinite["forward"] = (step, host.forward_sites[int(bad[0])], "non-finite")
         return bool(len(bad))
 
-    def _param_grads(self, grads: tuple[list[int], int], values: np.ndarray) -> None:
+    def _param_grads(self, grads: tuple[list[int], int], values: np.ndarray) -> set[int]:
+        """Fold the step's parameter gradient norms; the ids whose gradient was nonzero."""
         ids, offset = grads
         norms = values[offset:offset + len(ids)]
+        graded = set()
         for pid, norm in zip(ids, norms):
             self.param_grad_steps[pid] += 1
             self.param_last_norm[pid] = float(norm)
-        if ids:
-            self.grad_norms.append(_norm(norms))
+            if norm > 0:
+                graded.add(pid)
+        return graded
 
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
@@ -245,11 +270,15 @@ class StatsBuilder:
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         ran = frozenset(op.module for op in ops if op.module is not None)
         losses_seen, inputs, weights = self._probe_stats(probes)
+        series = tuple(sorted(self.series))
+        losses = [loss for _, loss, _, _ in series if loss is not None]
+        grad_norms = [norm for _, _, norm, _ in series if norm is not None]
         scaler = _loss_scaler() if any(op.underflow_share is not None for op in ops) else None
         return AuditStats(self.steps, backward_calls, bool(optimizers), ops, activations, params,
-                          recurrences, nonfinite, cut_list, tuple(self.losses), tuple(self.grad_norms),
+                          recurrences, nonfinite, cut_list, tuple(losses), tuple(grad_norms),
                           types, ran, self.clean_steps, losses_seen, inputs, weights,
-                          tuple(self._function_stats(function_checks)), scaler)
+                          tuple(self._function_stats(function_checks)), scaler, series, tuple(self.sample_steps),
+                          self.carried_steps, self.carry_checked)
 
     def _function_stats(self, checks: dict):
         for check in checks.values():
@@ -310,12 +339,12 @@ class StatsBuilder:
     def _activation_stats(self, site: int, stats: UnitStats, by_site) -> ActivationStats:
         op = by_site[site]
         host = stats.host()
-        clean = self.clean_steps
-        window = max(1, min(self.config.dead_window_steps, math.ceil(clean / 2)))
+        clean = [s for s in self.sample_steps if self.first_bad_step is None or s < self.first_bad_step]
+        window = max(1, min(self.config.dead_window_steps, math.ceil(len(clean) / 2)))
         dead, died = None, ()
-        if host["last_active"] is not None and clean > 0:
+        if host["last_active"] is not None and clean:
             last = host["last_active"]
-            cutoff = clean - window   # steps are 0-based; a unit that fired at >= cutoff is alive
+            cutoff = clean[-window]   # a unit that fired at a step >= cutoff is alive
             dead_mask = last < cutoff
             dead = int(dead_mask.sum())
             died = tuple(int(s) + 1 for s in last[dead_mask] if s >= 0)
@@ -341,8 +370,14 @@ class StatsBuilder:
     def _one_param(self, pid, param, key, pname) -> ParamStats:
         module = self.modules.name(key) if key is not None else None
         full = f"{module}.{pname}" if module else pname
+        updates = list(self.updates.get(pid, ()))
+        ratios = [r for _, r, graded, _ in updates if r is not None and graded]
+        graded_steps = [u for _, _, graded, u in updates if graded]
         return ParamStats(full, module, key, tuple(param.shape), param.requires_grad,
                           pid in self.opt_params, self.param_grad_steps.get(pid, 0),
-                          self.param_last_norm.get(pid))
+                          self.param_last_norm.get(pid),
+                          float(np.median(ratios)) if ratios else None, max(ratios) if ratios else None,
+                          tuple((step, r) for step, r, graded, _ in updates if r is not None and graded),
+                          sum(1 for u in graded_steps if u == 0), len(graded_steps))
 
 

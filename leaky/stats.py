@@ -75,6 +75,11 @@ class ParamStats:
     in_optimizer: bool
     grad_steps: int               # steps at whose end it had a .grad
     grad_norm: float | None       # last observed gradient norm
+    update_ratio: float | None = None       # median ||dw|| / ||w|| over sampled steps with a gradient
+    update_ratio_max: float | None = None
+    update_ratios: tuple[tuple[int, float], ...] = ()   # (step, ratio), sampled steps
+    zero_update_steps: int = 0    # sampled steps with a nonzero gradient and no change at all
+    graded_update_steps: int = 0  # sampled steps with a nonzero gradient and a measured update
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,10 @@ class AuditStats:
     weights: tuple[WeightStats, ...] = ()
     functions: tuple[FunctionStats, ...] = ()
     loss_scaler: dict | None = None   # a live, enabled GradScaler: {"scale": float}; None if none
+    series: tuple[tuple[int, float | None, float | None, float | None], ...] = ()  # (step, loss, grad norm, lr)
+    sample_steps: tuple[int, ...] = ()   # the steps observed in detail
+    carried_steps: int = 0        # sampled steps whose first backward found last step's gradients
+    carry_checked: int = 0
 
     @classmethod
     def empty(cls) -> "AuditStats":

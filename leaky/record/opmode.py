@@ -68,8 +68,6 @@ class OpMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if name in _PASS:
             return func(*args, **kwargs)
-        if func is Tensor.backward:
-            return rec.run_backward(func, args, kwargs)
         if name in _CUTS:
             rec.guarded(rec.note_cut, _CUTS[name], args)
             return func(*args, **kwargs)

@@ -21,6 +21,7 @@ from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
 from leaky.record.modules import ModuleTracker
+from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.sites import SiteTable, SourceLocator
 from leaky.fold import StatsBuilder
@@ -41,11 +42,22 @@ class StopObserving(BaseException):
 
 
 class Recorder:
+    """Records a run. `sample_every=None` observes every step in detail (an audit); an
+    integer N observes every N-th step in detail and only the cheap monitor otherwise."""
+
     def __init__(self, config: AuditConfig, on_limit: Callable[[], None] | None = None,
-                 on_step: Callable[["Recorder"], None] | None = None) -> None:
+                 on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
+                 on_series: Callable[[list], None] | None = None) -> None:
         self.config = config
         self.on_limit = on_limit
         self.on_step = on_step
+        self.on_series = on_series
+        self.sample_every = sample_every
+        self.monitor = StepMonitor()
+        self.updates = UpdateProbe()
+        self._backward_patch = TensorBackwardPatch(self._on_tensor_backward)
+        self.active = False        # between __enter__ and __exit__, with no internal error
+        self.last_optimizer: torch.optim.Optimizer | None = None
         self.modules = ModuleTracker()
         self.sites = SiteTable()
         self.locator = SourceLocator()
@@ -76,15 +88,19 @@ class Recorder:
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
         self._handles.append(optim_globals.register_optimizer_step_post_hook(self._after_opt_step))
         self.functions.__enter__()
+        self._backward_patch.__enter__()
         self._mode.__enter__()
         self._mode_on = True
         self.observing = True
+        self.active = True
         return self
 
     def __exit__(self, *exc) -> None:
         self.observing = False
+        self.active = False
         self.grads.active = False
         try:
+            self._backward_patch.__exit__()
             if self._mode_on:
                 self._mode.__exit__(None, None, None)
                 self._mode_on = False
@@ -97,6 +113,10 @@ class Recorder:
             self.functions.__exit__()
         if self.buffer.records and self.error is None:
             self.guarded(self._flush)
+        if self.error is None and (self.monitor.pending or self.monitor.loss is not None):
+            if self.monitor.loss is not None and self._calls_since_step:
+                self.monitor.end_step(self.step, self.last_optimizer)
+            self.guarded(self._flush_series)
 
     # -- leaky's own failures ----------------------------------------------------------
     def fail(self, exc: BaseException) -> None:
@@ -111,6 +131,7 @@ class Recorder:
             warnings.warn(f"leaky stopped observing after an internal error ({self.error}); "
                           "training continues unobserved. Please report this.", RuntimeWarning, stacklevel=2)
         self.observing = False
+        self.active = False
         self.grads.active = False
 
     def guarded(self, fn, *args) -> None:
@@ -236,17 +257,35 @@ class Recorder:
             self.cuts[key] = CutEvent(kind, producer, self.modules.current, where, self.step)
 
     # -- backward and steps ----------------------------------------------------------
-    def run_backward(self, func, args, kwargs):
+    def _on_tensor_backward(self, original, tensor, args, kwargs):
+        if not self.active:
+            return original(tensor, *args, **kwargs)
         if self._backward_ends_step():
             self.guarded(self._end_step)
-            if not self.observing:
-                return func(*args, **kwargs)
-        loss = args[0] if args else None
-        if isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point():
-            self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
+        self.guarded(self._note_backward, tensor)
+        return original(tensor, *args, **kwargs)
+
+    def _note_backward(self, tensor) -> None:
+        if isinstance(tensor, Tensor):
+            self.monitor.note_loss(tensor)
+        if self.observing:
+            if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
+                with torch._C.DisableTorchFunction(), torch.no_grad():
+                    self.buffer.extras.setdefault("loss", tensor.detach().reshape(()).clone())
+            if not self._calls_since_step:
+                self._note_carried_grads()
         self.backward_calls += 1
         self._calls_since_step += 1
-        return func(*args, **kwargs)
+
+    def _note_carried_grads(self) -> None:
+        """Gradients still present when a step's first backward starts: never zeroed?"""
+        carried = [p.grad for p in self.builder.tracked_params() if p.grad is not None and not p.grad.is_sparse]
+        if carried:
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                norms = torch._foreach_norm(carried)
+                self.buffer.extras["carried"] = torch.stack([n.float() for n in norms]).max()
+        else:
+            self.buffer.extras["carried"] = torch.zeros(())
 
     def _backward_ends_step(self) -> bool:
         """Without an optimizer step seen, does a new backward call start a new step?
@@ -264,22 +303,33 @@ class Recorder:
         return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
 
     def _before_opt_step(self, optimizer, args, kwargs) -> None:
-        if not self.observing:
+        if not self.active:
             return
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
             self.builder.note_optimizer(optimizer)
         self.saw_optimizer = True
+        self.last_optimizer = optimizer
         self._in_step = True
+        if self.observing:
+            self.guarded(self.updates.before_step, optimizer)
         self.observing = False   # the optimizer's own ops are not the model's
         self._suspend_mode()
 
     def _after_opt_step(self, optimizer, args, kwargs) -> None:
         if getattr(self, "_in_step", False):
             self._in_step = False
-            self._resume_mode()
-            self.observing = self.error is None
+            sampled = bool(self.updates.params)
+            if sampled:
+                self.guarded(self._note_updates)
+            self.observing = sampled and self.error is None
             self.guarded(self._end_step)
+
+    def _note_updates(self) -> None:
+        params, updates, weights = self.updates.after_step()
+        self._update_layout = ([id(p) for p in params], len(self.buffer.values))
+        self.buffer.values.extend(updates)
+        self.buffer.values.extend(weights)
 
     def _suspend_mode(self) -> None:
         """Leave the optimizer's many small ops alone: pop our mode if it is on top."""
@@ -293,25 +343,51 @@ class Recorder:
             self._mode.__enter__()
             self._mode_on = True
 
+    def _sample(self, on: bool) -> None:
+        """Observe the next step in detail (mode and node hooks on), or only cheaply."""
+        on = on and self.error is None and self.active
+        self.observing = on
+        self.grads.active = on
+        if on:
+            self._resume_mode()
+        else:
+            self._suspend_mode()
+
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
-        self._flush()
+        sampled = self.observing or bool(self.buffer.records)
+        if sampled:
+            self._flush()
+        self.monitor.end_step(self.step, self.last_optimizer if self.saw_optimizer else None)
+        if sampled or self.monitor.due():
+            self._flush_series()
         self.step += 1
+        self._calls_since_step = 0
         if self.on_step is not None:
             self.on_step(self)
         limit = self.config.steps
         if limit is not None and self.builder.steps >= limit:
-            self.observing = False
-            self.grads.active = False
+            self._sample(False)
+            self.active = False
             if self.on_limit is not None:
                 self.on_limit()
+            return
+        every = self.sample_every
+        self._sample(every is None or self.step % every == 0)
+
+    def _flush_series(self) -> None:
+        rows = self.monitor.flush()
+        self.builder.add_series(rows)
+        if self.on_series is not None and rows:
+            self.on_series(rows)
 
     def _flush(self) -> None:
         self._calls_since_step = 0
         grads = self.builder.collect_param_grads(self.buffer)
+        updates, self._update_layout = getattr(self, "_update_layout", None), None
         host = self.buffer.flush()
-        self.builder.add_step(self.step, host, grads)
+        self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
 
 

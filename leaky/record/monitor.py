@@ -1,0 +1,124 @@
+"""The cheap every-step instruments: loss, total gradient norm, learning rate, and the
+weight update of sampled steps.
+
+`TensorBackwardPatch` sees every `Tensor.backward()` call without a torch-function mode,
+so steps that are not sampled cost no per-op work. `StepMonitor` keeps each step's loss
+and gradient norm as device scalars and copies a batch of them to the host at once.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+class TensorBackwardPatch:
+    """Context manager: route `Tensor.backward` through a callback; restored on exit."""
+
+    def __init__(self, on_backward: Callable) -> None:
+        self.on_backward = on_backward
+        self.inside = False
+        self._original = None
+
+    def __enter__(self) -> "TensorBackwardPatch":
+        self._original = original = torch.Tensor.__dict__["backward"]
+        on_backward, patch = self.on_backward, self
+
+        def backward(tensor, *args, **kwargs):
+            # NOTE: under a torch-function mode, the original re-dispatches to
+            # `Tensor.backward` (this wrapper) once more: that inner call is not a new one.
+            if patch.inside:
+                return original(tensor, *args, **kwargs)
+            patch.inside = True
+            try:
+                return on_backward(original, tensor, args, kwargs)
+            finally:
+                patch.inside = False
+
+        backward.__doc__ = original.__doc__
+        backward.__wrapped__ = original
+        torch.Tensor.backward = backward
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._original is not None:
+            torch.Tensor.backward = self._original
+            self._original = None
+
+
+class StepMonitor:
+    """Per-step scalars on the device, copied to the host in batches."""
+
+    def __init__(self, batch: int = 64) -> None:
+        self.batch = batch
+        self.pending: list[tuple[int, Tensor | None, Tensor | None, float | None]] = []
+        self.loss: Tensor | None = None   # the current step's loss (first backward)
+
+    def note_loss(self, loss: Tensor) -> None:
+        if self.loss is None and loss.numel() == 1 and loss.is_floating_point():
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                self.loss = loss.detach().reshape(()).clone()
+
+    def end_step(self, step: int, optimizer: torch.optim.Optimizer | None) -> None:
+        """Record this step's loss and total gradient norm (no host sync)."""
+        norm = None
+        if optimizer is not None:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                     if p.grad is not None and not p.grad.is_sparse]
+            if grads:
+                with torch._C.DisableTorchFunction(), torch.no_grad():
+                    norms = torch._foreach_norm(grads)
+                    norm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        lr = _learning_rate(optimizer)
+        self.pending.append((step, self.loss, norm, lr))
+        self.loss = None
+
+    def due(self) -> bool:
+        return len(self.pending) >= self.batch
+
+    def flush(self) -> list[tuple[int, float | None, float | None, float | None]]:
+        """One device-to-host copy for the whole batch."""
+        pending, self.pending = self.pending, []
+        values = [v for _, loss, norm, _ in pending for v in (loss, norm) if v is not None]
+        host = iter([])
+        if values:
+            with torch._C.DisableTorchFunction():
+                host = iter(torch.stack([v.float() for v in values]).cpu().tolist())
+        rows = []
+        for step, loss, norm, lr in pending:
+            rows.append((step, next(host) if loss is not None else None, next(host) if norm is not None else None, lr))
+        return rows
+
+
+def _learning_rate(optimizer) -> float | None:
+    if optimizer is None or not optimizer.param_groups:
+        return None
+    lr = optimizer.param_groups[0].get("lr")
+    return float(lr) if isinstance(lr, (int, float)) or (isinstance(lr, Tensor) and lr.numel() == 1
+                                                           and not lr.is_cuda) else None
+
+
+class UpdateProbe:
+    """||w_after - w_before|| and ||w_before|| per parameter, for one sampled step."""
+
+    def __init__(self) -> None:
+        self.params: list = []
+        self.before: list[Tensor] = []
+
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            self.params.extend(params)
+            self.before.extend(p.detach().clone() for p in params)
+
+    def after_step(self) -> tuple[list, list[Tensor], list[Tensor]]:
+        """(params, update norms, weight norms) as device scalars; clears the snapshot."""
+        if not self.params:
+            return [], [], []
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            deltas = [p.detach() - b for p, b in zip(self.params, self.before)]
+            updates = list(torch._foreach_norm(deltas))
+            weights = list(torch._foreach_norm(self.before))
+        params, self.params, self.before = self.params, [], []
+        return params, updates, weights
