@@ -44,6 +44,18 @@ class AuditConfig:
     # LK106: share of the elements that lead to the loss whose gradient the op zeroes.
     dead_zone_warning: float = 0.25
     dead_zone_error: float = 0.5
+    # LK202: median ||dw||/||w|| per step of a layer's weight. Karpathy's rule of thumb is
+    # ~1e-3; Adam at lr 1e-3 on wide layers reaches ~1e-1, which trains fine. Above 1 the
+    # update is larger than the weight itself. Below `update_low` on every sampled step the
+    # weight is effectively frozen.
+    update_high_warning: float = 0.2
+    update_high_error: float = 1.0
+    update_low: float = 1e-7
+    # LK204/LK205: losses over the observed steps; the first and last tenth (>= 3 steps) are
+    # compared, so minibatch noise averages out.
+    loss_min_steps: int = 20
+    loss_flat_share: float = 0.01     # less than 1% lower at the end: flat
+    loss_rise_factor: float = 2.0     # twice as high at the end: diverging
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
     # Raise leaky's own internal errors instead of warning and observing no further.

@@ -112,12 +112,26 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. The switch needs an exclusive lock and SQLite does not wait for it
+    (two new connections would deadlock), so retry here until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        _enable_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         _migrate(conn, path)
     except BaseException:

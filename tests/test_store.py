@@ -260,9 +260,19 @@ def test_closed_store(tmp_path):
 
 # -- processes -------------------------------------------------------------
 
+# Children load leaky/store.py by path: it is standard library only, and this keeps
+# torch (and the rest of leaky) out of their start-up.
+CHILD_PRELUDE = f"""
+import importlib.util
+_spec = importlib.util.spec_from_file_location("leaky_store", {str(Path(store_mod.__file__))!r})
+_store = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_store)
+Store = _store.Store
+"""
+
+
 def _python(code: str, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
+    return subprocess.Popen([sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(code), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -281,7 +291,6 @@ def _lines(stream) -> queue.Queue:
 
 WRITER_UNTIL_KILLED = """
     import sys
-    from leaky.store import Store
     store = Store(sys.argv[1])
     run = store.start_run("train.py", [], torch_version="t", leaky_version="l", device="cpu", git_commit=None)
     print("run", run, flush=True)
@@ -326,7 +335,6 @@ def test_sigkill_loses_nothing_committed(tmp_path):
 
 CONCURRENT_WRITER = """
     import sys, time
-    from leaky.store import Store
     path, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
     time.sleep(max(0.0, go - time.time()))          # both start writing together
     with Store(path) as store:
@@ -344,7 +352,7 @@ CONCURRENT_WRITER = """
 
 def test_two_concurrent_writers(tmp_path):
     path = tmp_path / "runs.db"          # not created yet: both also race to create the schema
-    go = time.time() + 3.0
+    go = time.time() + 1.0
     procs = [_python(CONCURRENT_WRITER, str(path), name, str(go)) for name in ("a.py", "b.py")]
     try:
         outs = [p.communicate(timeout=CHILD_TIMEOUT_S) for p in procs]

@@ -22,21 +22,24 @@ class Check:
     name: str
     summary: str
     run: CheckFn
+    links: bool = False   # runs after the others and receives their findings, to name a cause
 
 
 CHECKS: dict[str, Check] = {}
 
 _MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "exploding_gradient",
             "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path",
-            "loss_output_mismatch", "bad_initialization", "unnormalized_input", "precision_underflow",
-            "wrong_gradient")
+            "stale_parameter", "update_ratio", "gradient_accumulation", "loss_not_decreasing",
+            "loss_diverging", "loss_output_mismatch", "bad_initialization", "unnormalized_input",
+            "precision_underflow", "wrong_gradient")
 
 
-def register(code: str, name: str, summary: str) -> Callable[[CheckFn], CheckFn]:
+def register(code: str, name: str, summary: str, links: bool = False) -> Callable[[CheckFn], CheckFn]:
+    """Add a check. With links=True it is called as fn(stats, config, findings_of_the_others)."""
     def add(fn: CheckFn) -> CheckFn:
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice")
-        CHECKS[code] = Check(code, name, summary, fn)
+        CHECKS[code] = Check(code, name, summary, fn, links)
         return fn
     return add
 
@@ -54,7 +57,12 @@ def lookup(key: str) -> Check:
 def run_all(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings: list[Finding] = []
     for check in CHECKS.values():
-        findings.extend(check.run(stats, config))
+        if not check.links:
+            findings.extend(check.run(stats, config))
+    causes = list(findings)
+    for check in CHECKS.values():
+        if check.links:
+            findings.extend(check.run(stats, config, causes))
     return sort_findings(findings)
 
 

@@ -35,13 +35,18 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def _symmetric(weight: WeightStats, stats: AuditStats) -> Finding | None:
-    if not weight.rows_identical or weight.shape[0] < 2:
+    # NOTE: all-zero weights are a deliberate choice (a zero-initialised output layer or
+    # residual branch): each unit's gradient then differs through its own target, so they
+    # are not judged here.
+    if not weight.rows_identical or weight.shape[0] < 2 or weight.std == 0:
         return None
     op = stats.op(weight.site)
-    message = (f"all {weight.shape[0]} units of {weight.module} start with identical weights (and bias): they "
-               "compute the same output and receive the same gradient, so training can never make them "
-               "differ; the layer acts as a single unit.")
-    _, init = expected_std(None, weight.fan_in, weight.fan_out)
+    message = (f"all {weight.shape[0]} units of {weight.module} start with identical weights and bias: they "
+               "compute the same output, and their gradients differ only through the next layer's weights; "
+               "if those are symmetric too, training can never make the units differ and the layer acts "
+               "as one unit.")
+    act = following_activation(stats, weight.site)
+    _, init = expected_std(act.family if act else None, weight.fan_in, weight.fan_out)
     fix = f"Break the symmetry with a random init: {init} (or its default), not a constant."
     return Finding("bad-initialization", "LK302", Severity.ERROR, message, fix, weight.module,
                    op.op if op else weight.kind, op.source if op else None, None,

@@ -18,6 +18,33 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding
 from leaky.stats import AuditStats
 
+_SPIKE = 10.0     # a gradient norm or update this many times its median is "a spike"
+
+
+def _just_before(stats: AuditStats, death: int) -> str:
+    """What happened on the step before most units died: Karpathy's 'knocked off by a large
+    update' is a gradient spike, a large update, or a learning-rate step."""
+    before = death - 1
+    rows = {step: (norm, lr) for step, _, norm, lr in stats.series}
+    events = []
+    norms = [n for s, (n, _) in rows.items() if n is not None and s < before]
+    if before in rows and rows[before][0] is not None and norms:
+        typical = statistics.median(norms)
+        if typical > 0 and rows[before][0] > _SPIKE * typical:
+            events.append(f"the gradient norm spiked to {rows[before][0]:.3g} ({rows[before][0] / typical:.0f}× "
+                          "its median)")
+    lrs = [rows[s][1] for s in (before - 1, before) if s in rows]
+    if len(lrs) == 2 and None not in lrs and lrs[0] and lrs[1] > 2 * lrs[0]:
+        events.append(f"the learning rate jumped from {lrs[0]:.3g} to {lrs[1]:.3g}")
+    ratios = [r for p in stats.params for s, r in p.update_ratios if s == before]
+    if ratios and max(ratios) > 0.1:
+        events.append(f"an update changed a weight by {max(ratios):.2g} of its norm")
+    if before < 0 or before not in rows:
+        return ""
+    if not events:
+        return f" Nothing unusual was measured at step {before}."
+    return f" Just before, at step {before}, " + " and ".join(events) + "."
+
 
 @register("LK102", "dead-units", "ReLU-family units that never activate on any observed sample")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
@@ -40,7 +67,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if died:
             step = died[0]
             when = (f" {len(died)} of them fired earlier and died between steps {died[0]} and {died[-1]}"
-                    f" (median {statistics.median(died):g}).")
+                    f" (median {statistics.median(died):g}).{_just_before(stats, int(statistics.median(died)))}")
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
                    f"{act.window} steps; relu'(x) = 0 for x ≤ 0, so they get no gradient and cannot "

@@ -26,8 +26,10 @@ from leaky.stats import AuditStats, LossStats
 _LOGIT_LOSSES = {"cross_entropy", "binary_cross_entropy_with_logits", "multilabel_soft_margin_loss"}
 _LOGPROB_LOSSES = {"nll_loss", "kl_div"}
 _REGRESSION = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}
-_NORMALISERS = ("SoftmaxBackward", "LogSoftmaxBackward", "SigmoidBackward")
-_CLIPPERS = ("ReluBackward", "ClampBackward", "HardtanhBackward", "ThresholdBackward", "ClampMinBackward")
+# NOTE: log_softmax is not among them: softmax(log_softmax(z)) = softmax(z), so
+# cross_entropy(log_softmax(z), y) equals cross_entropy(z, y), gradient included.
+_NORMALISERS = ("SoftmaxBackward", "SigmoidBackward")
+_CLIPPERS = ("ReluBackward", "ThresholdBackward")   # outputs >= 0 by construction
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,12 @@ RULES = (
                                                          or (loss.high is not None and loss.high > 1e-6)),
          Severity.ERROR,
          lambda loss: (f"{loss.op} expects log-probabilities (≤ 0) but gets "
-                       f"{_norm_name(loss) if _made_by(loss, _NORMALISERS) else 'values'} in "
-                       f"[{num(loss.low)}, {num(loss.high)}]; on probabilities its gradient is a constant "
-                       "−1/N, so it pushes p_y up without bound instead of minimising −log p_y."),
+                       + (f"{_norm_name(loss)} outputs in [{num(loss.low)}, {num(loss.high)}]; on probabilities "
+                          "its gradient is a constant −1/N, so it pushes p_y up without bound instead of "
+                          "minimising −log p_y."
+                          if _made_by(loss, _NORMALISERS) else
+                          f"values up to {num(loss.high)}: positive numbers are not log-probabilities, and "
+                          "on raw scores the loss −a_y is unbounded below.")),
          "Use torch.log_softmax(logits, dim=-1) before nll_loss, or F.cross_entropy(logits, target)."),
     Rule(lambda loss, _: loss.op in _LOGIT_LOSSES and _made_by(loss, _CLIPPERS), Severity.WARNING,
          lambda loss: (f"the logits reaching {loss.op} come out of {_norm_name(loss)}: they "
@@ -94,7 +99,7 @@ RULES = (
                        "a regression loss treats class 3 as 'closer' to 2 than to 7."),
          "For classes use F.cross_entropy(logits, target) with integer targets; for regression make the "
          "target the same shape as the prediction.", at_loss=True),
-    Rule(lambda loss, _: loss.op in _REGRESSION and loss.target_shape is not None
+    Rule(lambda loss, _: loss.op in _REGRESSION and loss.target_shape not in (None, ())
          and loss.target_shape != loss.input_shape and loss.failed is None, Severity.WARNING,
          lambda loss: (f"{loss.op} broadcasts predictions {list(loss.input_shape)} against targets "
                        f"{list(loss.target_shape)}: every prediction is compared with every target, not "

@@ -38,6 +38,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         if stats.used_optimizer and not param.in_optimizer:
             continue
+        if param.module is None:
+            continue   # not part of any model that ran (e.g. a replaced layer still in the optimizer)
         if not stats.used_optimizer and not any(p.grad_steps for p in stats.params):
             continue
         cut_off[param.module].append(param)

@@ -1,5 +1,6 @@
-"""LK303 unnormalized-input: raw input features whose scale or offset drive the first layer
-into the flat or dead region of its nonlinearity.
+"""LK303 unnormalized-input: raw input features whose scale or offset drive the layer they
+enter (any linear/conv layer fed data that needs no gradient) into the flat or dead
+region of its nonlinearity.
 
 A first layer z = W x + b with fan-in-scaled weights gives pre-activations of the scale of
 x: features with mean 30 or std 50 put z far outside the range where sigmoid/tanh have
@@ -38,12 +39,13 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def _harm(act, config: AuditConfig) -> tuple[str, float, Severity] | None:
+    """(what the share counts, the share, severity) when the activation is measurably hurt."""
     if act.flat_share is not None and act.flat_share >= config.saturated_warning:
         severity = Severity.ERROR if act.flat_share >= config.saturated_error else Severity.WARNING
-        return "in the flat region of", act.flat_share, severity
+        return "unit-samples in the flat region of", act.flat_share, severity
     if act.dead_units is not None and act.units and act.dead_units / act.units >= config.dead_warning:
         share = act.dead_units / act.units
-        return "dead in", share, Severity.ERROR if share >= config.dead_error else Severity.WARNING
+        return "units dead in", share, Severity.ERROR if share >= config.dead_error else Severity.WARNING
     return None
 
 
@@ -52,7 +54,7 @@ def _finding(data: InputStats, act, harm, worst: float) -> Finding:
     order = sorted(range(len(data.mean)), key=lambda i: -max(abs(data.mean[i]), data.std[i]))
     shown = ", ".join(f"#{i}: mean {num(data.mean[i])}, std {num(data.std[i])}" for i in order[:4])
     message = (f"the raw input to {data.module} has features far from standardised ({shown}); its "
-               f"pre-activations scale with them, leaving {pct(share)} of {act.module or act.op}'s unit-samples "
+               f"pre-activations scale with them, leaving {pct(share)} of {act.module or act.op}'s "
                f"{what} {act.op}.")
     if len(data.mean) <= _SHOWN:
         mean = ", ".join(num(m) for m in data.mean)

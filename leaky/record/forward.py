@@ -81,7 +81,8 @@ class InputProbe:
 
     def update(self, x: Tensor) -> None:
         with torch.no_grad():
-            data = x.detach().float()
+            # NOTE: float64 sums: E[x^2] - mean^2 cancels badly in float32 when |mean| >> std.
+            data = x.detach().double()
             dims = [d for d in range(data.ndim) if d != self.feature_dim]
             self.count += data.numel() // self.features
             self.total = _running(self.total, data.sum(dims), torch.add)

@@ -177,7 +177,8 @@ class Recorder:
         if out.is_floating_point() and op not in _SELECTS:
             # NOTE: one reduction per op; the norm is non-finite iff some element is (or the
             # sum of squares overflows float32, which only values near overflow reach).
-            norm = torch.linalg.vector_norm(out.detach(), dtype=torch.float32)
+            low = out.dtype in (torch.float16, torch.bfloat16)   # their norm would overflow
+            norm = torch.linalg.vector_norm(out.detach(), dtype=torch.float32 if low else None)
             self.buffer.forward_flags.append((first_site, norm, out.numel()))
         self.probes.observe(op, first_site, args, kwargs)
         activation = ACTIVATIONS.get(op)
@@ -272,14 +273,16 @@ class Recorder:
             if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
                 with torch._C.DisableTorchFunction(), torch.no_grad():
                     self.buffer.extras.setdefault("loss", tensor.detach().reshape(()).clone())
-            if not self._calls_since_step:
+            if not self._calls_since_step and self.step > 0:
                 self._note_carried_grads()
         self.backward_calls += 1
         self._calls_since_step += 1
 
     def _note_carried_grads(self) -> None:
         """Gradients still present when a step's first backward starts: never zeroed?"""
-        carried = [p.grad for p in self.builder.tracked_params() if p.grad is not None and not p.grad.is_sparse]
+        # NOTE: only the optimizers' parameters: zero_grad() zeroes those, so old gradients
+        # on them mean zero_grad() was not called.
+        carried = [p.grad for p in self.builder.opt_params.values() if p.grad is not None and not p.grad.is_sparse]
         if carried:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 norms = torch._foreach_norm(carried)

@@ -26,16 +26,17 @@ Themes, one module each:
 - ``paths``: cut gradient paths (detach, .data, no_grad, unused branch, NumPy)
 - ``depth``: deep MLPs whose per-layer gain explodes or vanishes
 - ``wiring``: wrong from step zero: loss/output mismatches, initialisation, raw inputs
+- ``dynamics``: wrong over the steps: stale parameters, learning rates, no zero_grad, loss curves
 - ``healthy``: well set-up models, including the fixes of broken examples
 """
 from __future__ import annotations
 
-from leaky.zoo import depth, healthy, karpathy, paths, traps, wiring
+from leaky.zoo import depth, dynamics, healthy, karpathy, paths, traps, wiring
 from leaky.zoo._base import Example, Expect
 
 __all__ = ["EXAMPLES", "Example", "Expect", "get", "marker_line"]
 
-_THEMES = (karpathy, traps, paths, depth, wiring, healthy)
+_THEMES = (karpathy, traps, paths, depth, wiring, dynamics, healthy)
 
 
 def _collect() -> dict[str, Example]:
