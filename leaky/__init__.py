@@ -4,13 +4,16 @@
     leaky explain dead-zone               # what a check means and how to fix it
     leaky demo                            # the built-in broken models, and their fixes
 
-In Python, `with leaky.audit() as audit: ...train...` then `audit.report`.
+In Python, `with leaky.audit() as audit: ...train...` then `audit.report`, or
+`with leaky.watch(every=50, store="runs.db") as run: ...` for a whole run.
 """
 from leaky.audit import Audit, audit
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity, Source
 from leaky.report import SCHEMA, Report
+from leaky.watch import Watch, watch
 
 __version__ = "0.1.0"
 
-__all__ = ["Audit", "AuditConfig", "Finding", "Report", "SCHEMA", "Severity", "Source", "audit", "__version__"]
+__all__ = ["Audit", "AuditConfig", "Finding", "Report", "SCHEMA", "Severity", "Source", "Watch", "audit", "watch",
+           "__version__"]

@@ -25,10 +25,12 @@ class Audit:
 
     def __init__(self, steps: int | None = None, config: AuditConfig | None = None,
                  on_limit: Callable[[], None] | None = None,
-                 on_step: Callable[[Recorder], None] | None = None) -> None:
+                 on_step: Callable[[Recorder], None] | None = None, sample_every: int | None = None,
+                 on_series: Callable[[list], None] | None = None) -> None:
         base = config or AuditConfig()
         self.config = dataclasses.replace(base, steps=steps) if config is None or steps is not None else base
-        self._recorder = Recorder(self.config, on_limit=on_limit, on_step=on_step)
+        self._recorder = Recorder(self.config, on_limit=on_limit, on_step=on_step, sample_every=sample_every,
+                                  on_series=on_series)
         self.stats: AuditStats | None = None
         self._report: Report | None = None
         self.run_info: dict = {}
@@ -55,7 +57,8 @@ class Audit:
         if self.stats is None:
             raise RuntimeError("the audit is still running: read .report after the `with` block ends")
         if self._report is None:
-            run = {"steps": self.stats.steps, "backward_calls": self.stats.backward_calls,
+            run = {"steps": max(self.stats.steps, len(self.stats.series)), "sampled_steps": self.stats.steps,
+                   "backward_calls": self.stats.backward_calls,
                    "used_optimizer": self.stats.used_optimizer, "losses": list(self.stats.losses),
                    "internal_error": self._recorder.error, **self.run_info}
             self._report = build_report(self.stats, run_all(self.stats, self.config), run)

@@ -1,6 +1,9 @@
-"""The `leaky` command: audit, explain, demo.
+"""The `leaky` command: audit, watch, runs, show, explain, demo.
 
     leaky audit [--steps N] [--json PATH] [--fail-on error] SCRIPT [script args...]
+    leaky watch [--every N] [--store PATH] [--fail-fast] [--json PATH] SCRIPT [script args...]
+    leaky runs [--store PATH]
+    leaky show RUN [--store PATH]
     leaky explain dead-zone | LK106
     leaky demo
 
@@ -23,6 +26,16 @@ from leaky.finding import Severity
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 _FAIL_ON = ("error", "warning", "info", "never")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected a positive number")
+    return value
 
 
 def _steps(text: str) -> int | None:
@@ -50,6 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
     audit.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
     audit.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    watch = sub.add_parser("watch", help="follow a whole training run cheaply and keep it in a store")
+    watch.add_argument("--every", type=_positive, default=None, metavar="N",
+                       help="observe every N-th step in detail (default 100)")
+    watch.add_argument("--store", metavar="PATH", default="leaky-runs.db",
+                       help="SQLite run store (default ./leaky-runs.db)")
+    watch.add_argument("--fail-fast", action="store_true",
+                       help="stop training at the first error-severity finding (exit 1)")
+    watch.add_argument("--json", metavar="PATH", help="write the leaky/report-v1 JSON report at the end")
+    watch.add_argument("--fail-on", choices=_FAIL_ON, default="error",
+                       help="exit 1 when a finding at or above this severity exists (default error)")
+    watch.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
+    watch.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
+    watch.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    runs = sub.add_parser("runs", help="list the runs in a store")
+    runs.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    show = sub.add_parser("show", help="a stored run's findings and timeline")
+    show.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
+    show.add_argument("--store", metavar="PATH", default="leaky-runs.db")
     explain = sub.add_parser("explain", help="print what a check means and how to fix it")
     explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
     demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")
@@ -60,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"audit": cmd_audit, "explain": cmd_explain, "demo": cmd_demo}[args.command]
+    handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show,
+               "explain": cmd_explain, "demo": cmd_demo}[args.command]
     return handler(args)
 
 
@@ -82,15 +114,21 @@ class _Progress:
         if self.live:
             self.live.__exit__(*exc)
 
-    def on_step(self, recorder) -> None:
+    def on_step(self, recorder, findings: int | None = None) -> None:
         if not self.live:
             return
         builder = recorder.builder
         total = f"/{self.total}" if self.total else ""
+        found = f" · {findings} finding{'s' if findings != 1 else ''}" if findings is not None else ""
         last = builder.series[-1] if builder.series else (None, None, None, None)
         loss = f" · loss {last[1]:.4g}" if last[1] is not None else ""
         norm = f" · grad norm {last[2]:.3g}" if last[2] is not None else ""
-        self.live.update(Text(f"leaky: step {builder.steps}{total}{loss}{norm}", style="dim"))
+        self.live.update(Text(f"leaky: step {max(builder.steps, recorder.step)}{total}{loss}{norm}{found}",
+                              style="dim"))
+
+    def print(self, renderable) -> None:
+        """Above the live line on a terminal; plainly otherwise."""
+        (self.live.console if self.live else self.console).print(renderable)
 
 
 def _error(text: str) -> None:
@@ -150,6 +188,94 @@ def cmd_audit(args) -> int:
     if args.json and not _write_json(report, args.json):
         return EXIT_UNUSABLE
     return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+
+
+# -- watch, runs, show ------------------------------------------------------------------
+def cmd_watch(args) -> int:
+    from leaky.report.terminal import finding_renderable, print_report
+    from leaky.script import ScriptError, run_script
+    from leaky.store import StoreError
+    from leaky.watch import DEFAULT_EVERY, FailFast, Watch
+
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    config = dataclasses.replace(AuditConfig(), steps=None, fail_on=args.fail_on)
+    script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    try:
+        with _Progress(err, None) as progress:
+            def announce(finding, step):
+                text = Text(f"step {step}: ", style="bold")
+                progress.print(text + finding_renderable(finding))
+
+            def make(script):
+                return Watch(every=args.every or DEFAULT_EVERY, store=args.store, config=config,
+                             fail_fast=args.fail_fast, on_finding=announce, script=script, argv=script_args,
+                             on_step=lambda rec: progress.on_step(rec, len(watch_of[0].seen) if watch_of else 0))
+
+            watch_of: list = []
+
+            def factory(script):
+                watch_of.append(make(script))
+                return watch_of[0]
+
+            run = run_script(args.script, script_args, config, make_audit=factory)
+    except (ScriptError, StoreError, ValueError) as exc:
+        _error(str(exc))
+        return EXIT_UNUSABLE
+    report = run.audit.report
+    if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
+        _error(f"no backward pass was observed in {args.script}; nothing to watch. "
+               "Does the script call loss.backward()?")
+        return EXIT_UNUSABLE
+    print_report(report, out, table=not args.no_table)
+    if run.audit.run_id is not None:
+        out.print(Text(f"leaky: run {run.audit.run_id} stored in {args.store} "
+                       f"(leaky show {run.audit.run_id} --store {args.store})", style="dim"))
+    if run.error:
+        out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
+    if args.json and not _write_json(report, args.json):
+        return EXIT_UNUSABLE
+    stopped = run.status == "stopped" and args.fail_fast
+    if stopped:
+        out.print(Text("leaky: --fail-fast stopped training at the first error.", style="red"))
+    return EXIT_FINDINGS if stopped or _fails(report, args.fail_on) else EXIT_OK
+
+
+def _open_store(path: str):
+    import os
+
+    from leaky.store import Store
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no run store at {path}; `leaky watch` creates it (or pass --store PATH)")
+    return Store(path)
+
+
+def cmd_runs(args) -> int:
+    from leaky.report.runs import runs_table
+    from leaky.store import StoreError
+
+    try:
+        with _open_store(args.store) as store:
+            Console(highlight=False).print(runs_table(store.runs(), args.store))
+    except (StoreError, FileNotFoundError) as exc:
+        _error(str(exc))
+        return EXIT_UNUSABLE
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    from leaky.report.runs import show_run
+    from leaky.store import StoreError, resolve_run
+
+    try:
+        with _open_store(args.store) as store:
+            run_id = resolve_run(store, args.run)
+            Console(highlight=False).print(show_run(store, run_id))
+    except (StoreError, FileNotFoundError) as exc:
+        _error(str(exc))
+        return EXIT_UNUSABLE
+    return EXIT_OK
 
 
 # -- explain ----------------------------------------------------------------------------

@@ -67,12 +67,17 @@ def _stop() -> None:
     raise StopObserving()
 
 
-def run_script(path: str, args: list[str], config: AuditConfig, on_step=None) -> ScriptRun:
+def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, make_audit=None) -> ScriptRun:
+    """Run the script under `make_audit(script)` (default: an Audit of config.steps steps)."""
     script = check_script(path)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))
-    audit = Audit(config=config, on_limit=_stop, on_step=on_step)
+    try:
+        audit = make_audit(script) if make_audit else Audit(config=config, on_limit=_stop, on_step=on_step)
+    except Exception:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        raise
     run = ScriptRun(audit, "finished")
     try:
         with audit:
@@ -86,7 +91,8 @@ def run_script(path: str, args: list[str], config: AuditConfig, on_step=None) ->
                 run.status, run.error = "interrupted", "KeyboardInterrupt"
             except Exception as exc:  # the script's own failure: report what was observed
                 run.status, run.error = "failed", describe_exception(exc)
+            audit.run_info.update({"script": script, "argv": list(args), "status": run.status,
+                                   "error": run.error})
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-    audit.run_info.update({"script": script, "argv": list(args), "status": run.status, "error": run.error})
     return run

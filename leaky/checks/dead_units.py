@@ -70,7 +70,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                     f" (median {statistics.median(died):g}).{_just_before(stats, int(statistics.median(died)))}")
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
-                   f"{act.window} steps; relu'(x) = 0 for x ≤ 0, so they get no gradient and cannot "
+                   f"{act.window} observed steps; relu'(x) = 0 for x ≤ 0, so they get no gradient and cannot "
                    f"recover.{when}")
         fix = ("Lower the learning rate or add warmup (a large update pushes biases far negative), "
                "initialise with nn.init.kaiming_normal_(w, nonlinearity='relu'), normalise the inputs, "

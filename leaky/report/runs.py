@@ -1,0 +1,94 @@
+"""Terminal views of stored runs: `leaky runs` and `leaky show RUN`."""
+from __future__ import annotations
+
+import datetime
+import math
+import os
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from leaky.checks._util import num
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_BARS = " ▁▂▃▄▅▆▇█"
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return ""
+    return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _status(run: dict) -> str:
+    if run["status"] == "running" and not run.get("alive", True):
+        return "died"
+    return run["status"]
+
+
+def runs_table(runs: list[dict], path: str) -> Table:
+    table = Table(title=f"runs in {path}", title_justify="left", show_edge=False)
+    for column in ("id", "started", "status", "steps", "findings", "errors", "last loss", "script"):
+        table.add_column(column, justify="right" if column in ("id", "steps", "findings", "errors") else "left")
+    for run in runs:
+        table.add_row(str(run["id"]), _when(run["started"]), _status(run), str(run["steps"]),
+                      str(run["findings"]), str(run["errors"]), num(run.get("last_loss")),
+                      Text(os.path.basename(run["script"] or "") + " " + " ".join(run["argv"] or [])))
+    if not runs:
+        table.caption = "no runs yet: `leaky watch train.py` records one"
+    return table
+
+
+def sparkline(values: list[float | None], width: int = 60) -> str:
+    """A one-line picture of a series (log-free, min to max), NaN shown as '×'."""
+    if not values:
+        return ""
+    stride = max(1, math.ceil(len(values) / width))
+    points = [values[i] for i in range(0, len(values), stride)]
+    finite = [v for v in points if v is not None and math.isfinite(v)]
+    if not finite:
+        return "×" * len(points)
+    low, high = min(finite), max(finite)
+    span = (high - low) or 1.0
+    return "".join("×" if v is None or not math.isfinite(v)
+                   else _BARS[1 + int((v - low) / span * (len(_BARS) - 2))] for v in points)
+
+
+def show_run(store, run_id: int) -> Group:
+    run = store.run(run_id)
+    steps = store.steps(run_id)
+    findings = store.findings(run_id)
+    head = Text(f"run {run_id}: {run['script']} {' '.join(run['argv'] or [])}\n", style="bold")
+    head.append(f"{_status(run)} · started {_when(run['started'])} · {run['steps']} steps · torch "
+                f"{run['torch_version']} · leaky {run['leaky_version']} · {run['device']}"
+                + (f" · commit {run['git_commit'][:10]}" if run.get("git_commit") else ""), style="dim")
+    if run.get("error"):
+        head.append(f"\nerror: {run['error']}", style="red")
+    losses = [s["loss"] if not s["nonfinite"] else None for s in steps]
+    norms = [s["grad_norm"] if not s["nonfinite"] else None for s in steps]
+    timeline = Text()
+    if steps:
+        timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}\n")
+        timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}")
+    listing = Text(f"\nfindings, in the order they appeared ({len(findings)}):\n" if findings
+                   else "\nno findings.\n", style="bold")
+    for f in findings:
+        where = " · ".join(x for x in (f.get("module"), f.get("op")) if x)
+        if f.get("source"):
+            where += f" ({os.path.basename(f['source']['file'])}:{f['source']['line']})"
+        listing.append(f"step {f['first_step']}", style="bold")
+        listing.append(f" (last seen {f['last_step']}) ", style="dim")
+        listing.append(f"{f['severity'].upper()} ", style=_SEVERITY_STYLE.get(f["severity"], ""))
+        listing.append(f"{f['code']} {f['name']}  ", style="bold")
+        listing.append(where + "\n", style="dim")
+        listing.append(f"    {f['message']}\n    fix: {f['fix']}\n")
+    return Group(head, timeline, listing)
+
+
+def _first(values):
+    return next((v for v in values if v is not None), None)
+
+
+def _last(values):
+    return next((v for v in reversed(values) if v is not None), None)

@@ -1,0 +1,167 @@
+"""`leaky.watch()`: follow a whole training run cheaply, remember it, and announce each
+problem at the step it first appears.
+
+    with leaky.watch(every=50, store="runs.db") as run:
+        ...training loop...
+    run.findings
+
+Every step costs a loss, a total gradient norm and a learning rate, kept on the device and
+copied to the host in batches. Every `every` steps the full audit instruments run for one
+step; after it the checks run on everything seen so far, and new findings are announced
+once and stored. The store is optional in Python and the default on the command line.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Callable
+
+import torch
+
+from leaky.audit import Audit
+from leaky.checks import run_all
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity
+from leaky.record.recorder import Recorder, StopObserving
+from leaky.report.tables import module_rows
+from leaky.store import Store, git_commit
+
+DEFAULT_EVERY = 100   # sampled steps: 1 in 100 keeps the cost near 1% (docs/performance.md)
+
+
+class FailFast(StopObserving):
+    """Raised out of the training loop at the first error-severity finding (--fail-fast)."""
+
+
+def _key(finding: Finding) -> tuple:
+    source = (finding.source.file, finding.source.line) if finding.source else None
+    return finding.code, finding.module, finding.op, source
+
+
+class Watch(Audit):
+    """An Audit that samples every `every`-th step in detail and keeps a run in a store."""
+
+    def __init__(self, every: int = DEFAULT_EVERY, store: str | os.PathLike | None = None,
+                 config: AuditConfig | None = None, fail_fast: bool = False,
+                 on_finding: Callable[[Finding, int], None] | None = None,
+                 script: str | None = None, argv: list[str] | None = None,
+                 on_step: Callable[[Recorder], None] | None = None) -> None:
+        if every < 1:
+            raise ValueError(f"every must be a positive number of steps, not {every}")
+        config = config or AuditConfig(steps=None)
+        super().__init__(steps=None, config=config, on_step=self._after_step, sample_every=every,
+                         on_series=self._store_series)
+        self.every = every
+        self.store_path = store
+        self.fail_fast = fail_fast
+        self.on_finding = on_finding
+        self.user_on_step = on_step
+        self.script = script if script is not None else (sys.argv[0] if sys.argv else "")
+        self.argv = list(argv if argv is not None else sys.argv[1:])
+        self.store: Store | None = None
+        self.run_id: int | None = None
+        self.seen: dict[tuple, Finding] = {}
+        self._folded = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> "Watch":
+        if self.store_path is not None:
+            self.store = Store(self.store_path)
+            self.run_id = self.store.start_run(
+                self.script, self.argv, torch_version=torch.__version__, leaky_version=_version(),
+                device=_device(), git_commit=git_commit(os.path.dirname(os.path.abspath(self.script or "."))))
+        super().__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        super().__exit__(exc_type, exc, tb)
+        self._announce(self.report.findings, self.stats.steps and self.recorder.step)
+        if self.store is not None:
+            status = self.run_info.get("status") or _status(exc_type)
+            status = {"exited": "finished", "interrupted": "stopped"}.get(status, status)
+            error = self.run_info.get("error")
+            if error is None and exc is not None and not isinstance(exc, StopObserving):
+                error = f"{type(exc).__name__}: {exc}"
+            self.store.end_run(self.run_id, status, error or self.recorder.error)
+            self.store.close()
+        return False
+
+    # -- per step ----------------------------------------------------------------------
+    def _store_series(self, rows) -> None:
+        if self.store is not None:
+            self.store.add_steps(self.run_id, [(step, _finite(loss), _finite(norm), _bad(loss, norm))
+                                               for step, loss, norm, _ in rows])
+
+    def _after_step(self, recorder: Recorder) -> None:
+        if self.user_on_step is not None:
+            self.user_on_step(recorder)
+        if recorder.builder.steps == self._folded:
+            return   # not a sampled step
+        self._folded = recorder.builder.steps
+        stats = recorder.finish()
+        findings = run_all(stats, self.config)
+        step = recorder.step - 1
+        if self.store is not None:
+            self.store.add_module_stats(self.run_id, step, [
+                {"module": row["module"], "grad_norm": row["grad_norm"], "gain": row["gain"],
+                 "dead_share": row["dead_share"], "saturated_share": row["saturated_share"],
+                 "update_ratio": _module_update_ratio(stats, row["module"])} for row in module_rows(stats)])
+        new_errors = self._announce(findings, step)
+        if self.fail_fast and new_errors:
+            raise FailFast()
+
+    def _announce(self, findings, step) -> list[Finding]:
+        new_errors = []
+        for finding in findings:
+            key = _key(finding)
+            first = key not in self.seen
+            self.seen[key] = finding
+            if self.store is not None:
+                self.store.record_finding(self.run_id, finding.to_dict(), step)
+            if first:
+                if self.on_finding is not None:
+                    self.on_finding(finding, step)
+                if finding.severity is Severity.ERROR:
+                    new_errors.append(finding)
+        return new_errors
+
+
+def _module_update_ratio(stats, module: str) -> float | None:
+    ratios = [p.update_ratio for p in stats.params if p.module == module and p.update_ratio is not None
+              and len(p.shape) >= 2]
+    return max(ratios) if ratios else None
+
+
+def _finite(value):
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _bad(loss, norm) -> bool:
+    return any(v is not None and not math.isfinite(v) for v in (loss, norm))
+
+
+def _status(exc_type) -> str:
+    if exc_type is None:
+        return "finished"
+    if issubclass(exc_type, (StopObserving, KeyboardInterrupt)):
+        return "stopped"
+    return "failed"
+
+
+def _version() -> str:
+    from leaky import __version__
+
+    return __version__
+
+
+def _device() -> str:
+    if torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(0)}"
+    return "cpu"
+
+
+def watch(every: int = DEFAULT_EVERY, store: str | os.PathLike | None = None, fail_fast: bool = False,
+          config: AuditConfig | None = None) -> Watch:
+    """Follow the training inside the block; keep it in `store` (a SQLite file) if given."""
+    return Watch(every=every, store=store, fail_fast=fail_fast, config=config)
