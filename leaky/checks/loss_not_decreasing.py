@@ -17,6 +17,7 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
+_RISE = 0.1   # a loss more than 10% higher at the end is rising, not flat
 _EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
 
 
@@ -28,12 +29,13 @@ def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> li
     if curve.steps < config.loss_min_steps or abs(curve.start) < 1e-8:
         return []
     drop = (curve.start - curve.end) / abs(curve.start)
-    if drop >= config.loss_flat_share or curve.end > curve.start * config.loss_rise_factor:
-        return []
+    if drop >= config.loss_flat_share or drop < -_RISE:
+        return []   # learning, or rising (LK205's business)
     found = causes(findings, _EXPLAINS)
+    change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
     message = (f"the loss went from {num(curve.start)} (mean of the first steps) to {num(curve.end)} (mean of "
-               f"the last) over {curve.steps} steps: {100 * drop:.1f}% lower, below the "
-               f"{100 * config.loss_flat_share:g}% that counts as learning.{cause_text(found)}")
+               f"the last) over {curve.steps} steps: {change}, short of the "
+               f"{100 * config.loss_flat_share:g}% drop that counts as learning.{cause_text(found)}")
     fix = (found[0].fix if found else
            "Check that the gradient reaches the parameters (leaky explain vanishing-gradient) and that the "
            "optimizer applies it (learning rate, param groups); try a 10× larger learning rate.")

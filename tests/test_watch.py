@@ -1,0 +1,190 @@
+"""leaky watch: sampling, announcements at the right step, the store, fail-fast, kill -9,
+bounded memory, and no observer effect."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import leaky
+from leaky import fold
+from leaky.cli import main
+from leaky.store import Store
+from leaky.zoo import dynamics
+from tests.conftest import no_leaky_left
+from tests.models import MLP, train
+
+
+def test_watch_is_bit_identical_and_leaves_nothing(tmp_path):
+    def run(watched):
+        torch.manual_seed(3)
+        model = MLP(dropout=0.1)
+        if not watched:
+            return train(model, 12), model.state_dict()
+        with leaky.watch(every=4, store=tmp_path / "runs.db"):
+            losses = train(model, 12)
+        return losses, model.state_dict()
+
+    (l1, s1), (l2, s2) = run(False), run(True)
+    assert all(torch.equal(a, b) for a, b in zip(l1, l2))
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)
+    assert no_leaky_left() == []
+
+
+def _lr_jump_loop(steps=60, jump=30):
+    """Healthy SGD training, then the learning rate jumps 1000x at `jump` (a schedule bug)."""
+    from leaky.zoo._base import batches, data_generator, teacher_classification
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = teacher_classification(512, 20, 10, data_generator(0))
+    x = x + 1.0
+    for step in range(steps):
+        if step == jump:
+            for group in opt.param_groups:
+                group["lr"] = 10.0
+        rows = batches(512, 64, step)
+        loss = F.cross_entropy(model(x[rows]), y[rows])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_units_killed_mid_run_are_announced_after_the_jump_with_what_came_before(tmp_path):
+    announced = []
+    with leaky.Watch(every=5, store=tmp_path / "runs.db",
+                     on_finding=lambda f, step: announced.append((step, f))) as run:
+        _lr_jump_loop()
+    dead = [(step, f) for step, f in announced if f.code == "LK102"]
+    assert dead, [f.code for _, f in announced]
+    step, finding = dead[0]
+    # dead = silent for the trailing window of 5 samples (25 steps here) after dying at ~31
+    assert 30 < step <= 60
+    assert finding.step is not None and 30 <= finding.step <= 32
+    assert "learning rate jumped from 0.01 to 10" in finding.message
+    with Store(tmp_path / "runs.db") as store:
+        stored = [f for f in store.findings(run.run_id) if f["code"] == "LK102"]
+        assert stored and min(f["first_step"] for f in stored) == step
+        assert len(store.steps(run.run_id)) == 60
+        assert store.run(run.run_id)["status"] == "finished"
+
+
+def test_dynamics_checks_run_in_watch_mode():
+    with leaky.watch(every=5) as run:
+        dynamics.run_all_lr_zero(steps=40)
+    codes = {f.code for f in run.findings}
+    assert {"LK201", "LK204"} <= codes
+
+
+def test_memory_stays_flat_over_long_runs(monkeypatch):
+    monkeypatch.setattr(fold, "SERIES_LIMIT", 50)
+    monkeypatch.setattr(fold, "UPDATE_LIMIT", 4)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with leaky.watch(every=10) as run:
+        for _ in range(400):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    builder = run.recorder.builder
+    assert len(builder.series) == 50 and len(builder.sample_steps) == 40
+    assert all(len(u) <= 4 for u in builder.updates.values())
+    assert len(run.recorder.grads.handles) == 0 and not run.recorder.buffer.records
+
+
+SCRIPT = """
+import sys, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(100000 if len(sys.argv) < 2 else int(sys.argv[1])):
+    loss = model(torch.randn(16, 8)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    print("step", step, flush=True)
+"""
+
+
+def test_fail_fast_stops_at_the_first_error_and_keeps_the_run(tmp_path, capsys):
+    path = tmp_path / "dqn.py"
+    path.write_text(textwrap.dedent("""
+        from leaky.zoo import karpathy
+        karpathy.run_dqn_clamped_td(steps=200)
+    """))
+    store = tmp_path / "runs.db"
+    assert main(["watch", "--every", "5", "--fail-fast", "--store", str(store), str(path)]) == 1
+    with Store(store) as s:
+        (run,) = s.runs()
+        assert run["status"] == "stopped"
+        assert run["steps"] < 200
+        assert any(f["code"] == "LK106" for f in s.findings(run["id"]))
+    assert "--fail-fast stopped training" in capsys.readouterr().out
+
+
+def test_a_killed_watch_loses_at_most_the_last_unflushed_batch(tmp_path):
+    from leaky.record.monitor import StepMonitor
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    store = tmp_path / "runs.db"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "leaky", "watch", "--every", "50", "--store", str(store),
+                             str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    last = -1
+    deadline = time.monotonic() + 240
+    try:
+        for line in proc.stdout:
+            if line.startswith("step "):
+                last = int(line.split()[1])
+            if last >= 300 or time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    assert last >= 300
+    with Store(store) as s:
+        (run,) = s.runs()
+        assert run["status"] == "running" and run["alive"] is False
+        kept = len(s.steps(run["id"]))
+    # steps printed were completed; at most one batch of the monitor was not yet written
+    assert kept >= last + 1 - StepMonitor().batch - 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["runs", "--store", "missing.db"], "no run store"),
+    (["show", "7", "--store", "RUNS"], "no run"),
+])
+def test_runs_and_show_errors_are_one_line(tmp_path, capsys, args, message):
+    if args[-1] == "RUNS":
+        Store(tmp_path / "runs.db").close()
+        args = args[:-1] + [str(tmp_path / "runs.db")]
+    else:
+        args = args[:-1] + [str(tmp_path / args[-1])]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err.lower() and len(err.strip().splitlines()) == 1
+
+
+def test_runs_and_show_list_a_stored_run(tmp_path, capsys):
+    store = tmp_path / "runs.db"
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    assert main(["watch", "--every", "10", "--store", str(store), str(script), "30"]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "finished" in out and "train.py" in out
+    assert main(["show", "latest", "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "30 steps" in out and "loss" in out
