@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from leaky.config import AuditConfig
-from leaky.record.activations import UnitStats, median_from_hist
+from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
 from leaky.record.gradients import HostStep
 from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
                          OpStats, ParamStats, WeightStats, _source)
@@ -21,6 +21,20 @@ from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputS
 
 SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
 UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
+
+
+def _histogram(host: dict, stats: UnitStats) -> dict | None:
+    """The picture of an activation layer, from what was already accumulated."""
+    if host["hist"] is not None:
+        edges = np.linspace(HIST_LOW, 0.0, len(host["hist"]) + 1)
+        return {"kind": "log10_derivative_share", "edges": edges.tolist(), "counts": host["hist"].tolist(),
+                "flat_below": math.log10(stats.detail["flat_share"])}
+    if host["active"] is not None and stats.samples:
+        rates = host["active"] / stats.samples
+        counts, edges = np.histogram(rates, bins=20, range=(0.0, 1.0))
+        return {"kind": "fire_rate", "edges": edges.tolist(), "counts": counts.tolist(),
+                "never": int((host["active"] == 0).sum())}
+    return None
 
 
 def _loss_scaler() -> dict | None:
@@ -355,7 +369,8 @@ class StatsBuilder:
         peaked = host["peaked_rows"] / stats.rows if stats.rows else None
         return ActivationStats(site, op.op, stats.activation.family, op.module, op.source, stats.units,
                                stats.samples, dead, died, window, flat_share, stuck,
-                               median_from_hist(host["hist"]), peaked, dict(stats.detail))
+                               median_from_hist(host["hist"]), peaked, dict(stats.detail),
+                               _histogram(host, stats))
 
     def _param_stats(self):
         owners = self._owners()

@@ -63,6 +63,9 @@ class ActivationStats:
     median_derivative_share: float | None
     peaked_share: float | None    # softmax: rows with max probability > 0.99
     detail: dict[str, Any] = field(default_factory=dict)
+    # sigmoid/tanh: counts of log10(local derivative / its maximum) per bin; ReLU family: counts
+    # of units per firing rate (share of samples with output > 0). {"kind", "edges", "counts"}
+    histogram: dict | None = None
 
 
 @dataclass(frozen=True)

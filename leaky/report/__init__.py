@@ -43,6 +43,8 @@ class Report:
     parameters: tuple[dict, ...]
     recurrences: tuple[dict, ...]
     run: dict = field(default_factory=dict)
+    activations: tuple[dict, ...] = ()
+    series: tuple[dict, ...] = ()
 
     @property
     def errors(self) -> list[Finding]:
@@ -73,6 +75,8 @@ class Report:
             "ops": list(self.ops),
             "parameters": list(self.parameters),
             "recurrences": list(self.recurrences),
+            "activations": list(self.activations),
+            "series": list(self.series),
         })
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -85,7 +89,8 @@ class Report:
 
 
 def build_report(stats: AuditStats, findings: list[Finding], run: dict | None = None) -> Report:
-    from leaky.report.tables import module_rows, op_rows, param_rows, recurrence_rows
+    from leaky.report.tables import activation_rows, module_rows, op_rows, param_rows, recurrence_rows, series_rows
 
     return Report(tuple(findings), tuple(module_rows(stats)), tuple(op_rows(stats)),
-                  tuple(param_rows(stats)), tuple(recurrence_rows(stats)), dict(run or {}))
+                  tuple(param_rows(stats)), tuple(recurrence_rows(stats)), dict(run or {}),
+                  tuple(activation_rows(stats)), tuple(series_rows(stats)))

@@ -58,7 +58,9 @@ def op_rows(stats: AuditStats) -> list[dict]:
 
 def param_rows(stats: AuditStats) -> list[dict]:
     return [{"name": p.name, "module": p.module, "shape": list(p.shape), "requires_grad": p.requires_grad,
-             "in_optimizer": p.in_optimizer, "grad_steps": p.grad_steps, "grad_norm": p.grad_norm}
+             "in_optimizer": p.in_optimizer, "grad_steps": p.grad_steps, "grad_norm": p.grad_norm,
+             "update_ratio": p.update_ratio, "update_ratio_max": p.update_ratio_max,
+             "zero_update_steps": p.zero_update_steps, "graded_update_steps": p.graded_update_steps}
             for p in stats.params]
 
 
@@ -67,3 +69,17 @@ def recurrence_rows(stats: AuditStats) -> list[dict]:
              "spectral_radius": r.spectral_radius, "time_steps": len(r.profile) if r.profile else 0,
              "time_profile": list(thin(r.profile)) if r.profile else None}
             for r in stats.recurrences]
+
+
+def activation_rows(stats: AuditStats) -> list[dict]:
+    return [{"site": a.site, "op": a.op, "family": a.family, "module": a.module,
+             "source": None if a.source is None else {"file": a.source.file, "line": a.source.line},
+             "units": a.units, "samples_per_unit": a.samples,
+             "dead_share": a.dead_units / a.units if a.dead_units is not None and a.units else None,
+             "flat_share": a.flat_share, "median_local_derivative_share": a.median_derivative_share,
+             "peaked_share": a.peaked_share, "histogram": a.histogram}
+            for a in stats.activations]
+
+
+def series_rows(stats: AuditStats) -> list[dict]:
+    return [{"step": step, "loss": loss, "grad_norm": norm, "lr": lr} for step, loss, norm, lr in stats.series]
