@@ -55,7 +55,7 @@ class AuditConfig:
     # compared, so minibatch noise averages out.
     loss_min_steps: int = 20
     loss_flat_share: float = 0.01     # less than 1% lower at the end: flat
-    loss_rise_factor: float = 2.0     # twice as high at the end: diverging
+    loss_rise_factor: float = 1.5     # 50% higher at the end: diverging
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
     # Raise leaky's own internal errors instead of warning and observing no further.

@@ -21,6 +21,7 @@ from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputS
 
 SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
 UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
+ZERO_WARMUP = 5          # steps after a weight was exactly 0 whose update ratio is not judged
 
 
 def _histogram(host: dict, stats: UnitStats) -> dict | None:
@@ -94,6 +95,7 @@ class StatsBuilder:
         self.series: deque[tuple[int, float | None, float | None, float | None]] = deque(maxlen=SERIES_LIMIT)
         self.sample_steps: deque[int] = deque(maxlen=SERIES_LIMIT)   # steps observed in detail
         self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))  # param -> (step, ratio, grad)
+        self.zero_weight_step: dict[int, int] = {}   # param -> last step it was exactly 0
         self.carried_steps = 0        # sampled steps whose first backward found old gradients
         self.carry_checked = 0
         self.nonfinite: dict[str, tuple[int, int, str]] = {}
@@ -178,7 +180,15 @@ class StatsBuilder:
         ids, offset = layout
         n = len(ids)
         for pid, update, weight in zip(ids, values[offset:offset + n], values[offset + n:offset + 2 * n]):
-            ratio = float(update / weight) if weight > 0 else None
+            if not (math.isfinite(update) and math.isfinite(weight)):
+                continue   # after an overflow the ratio describes the overflow
+            if weight == 0:
+                self.zero_weight_step[pid] = step
+            # NOTE: a weight that started at exactly 0 gets its scale from the first updates
+            # (with momentum the second update can exceed the first weight): its ratio means
+            # nothing for the few steps after.
+            young = step - self.zero_weight_step.get(pid, -ZERO_WARMUP) < ZERO_WARMUP
+            ratio = float(update / weight) if weight > 0 and not young else None
             self.updates[pid].append((step, ratio, pid in graded, float(update)))
 
     def _first_rms(self, host: HostStep) -> None:

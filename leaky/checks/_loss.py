@@ -34,9 +34,13 @@ def loss_curve(stats: AuditStats, min_steps: int) -> LossCurve | None:
     return LossCurve(len(rows), start, end, finite[0][0], finite[-1][0], bad)
 
 
-def causes(findings: list[Finding], codes: tuple[str, ...]) -> list[Finding]:
-    """The findings among `codes` that can explain the loss, most severe first."""
-    return sorted((f for f in findings if f.code in codes), key=lambda f: -f.severity.rank)
+def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: str) -> list[Finding]:
+    """The findings among `codes` that can explain the loss, most severe first. An
+    update-ratio finding counts only in the given direction: a too-high rate explains a
+    rising loss, a too-low one a flat loss."""
+    def fits(f: Finding) -> bool:
+        return f.code in codes and (f.code != "LK202" or f.evidence.get("direction") == update_direction)
+    return sorted((f for f in findings if fits(f)), key=lambda f: -f.severity.rank)
 
 
 def cause_text(found: list[Finding]) -> str:

@@ -17,7 +17,7 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_EXPLAINS = ("LK107", "LK202", "LK104", "LK105", "LK203", "LK304")
+_EXPLAINS = ("LK107", "LK202", "LK104", "LK105", "LK203")
 _GROWTH = 4.0     # oscillation: the spread of the last quarter over the first
 
 
@@ -26,7 +26,7 @@ def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> li
     curve = loss_curve(stats, config.loss_min_steps)
     if curve is None:
         return []
-    found = causes(findings, _EXPLAINS)
+    found = causes(findings, _EXPLAINS, update_direction="high")
     if curve.nonfinite_step is not None:
         message = f"the loss became non-finite at step {curve.nonfinite_step}.{cause_text(found)}"
         return [_finding(Severity.ERROR, message, found, curve.nonfinite_step,

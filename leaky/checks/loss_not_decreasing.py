@@ -31,7 +31,7 @@ def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> li
     drop = (curve.start - curve.end) / abs(curve.start)
     if drop >= config.loss_flat_share or drop < -_RISE:
         return []   # learning, or rising (LK205's business)
-    found = causes(findings, _EXPLAINS)
+    found = causes(findings, _EXPLAINS, update_direction="low")
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
     message = (f"the loss went from {num(curve.start)} (mean of the first steps) to {num(curve.end)} (mean of "
                f"the last) over {curve.steps} steps: {change}, short of the "

@@ -60,7 +60,7 @@ def _high(param: ParamStats, severity, config: AuditConfig) -> Finding:
     fix = ("Lower the learning rate (×0.1), or give this layer its own param group with a smaller lr; "
            "a warmup schedule helps when the ratio is high only at the start.")
     return Finding("update-ratio", "LK202", severity, message, fix, param.module, None, None,
-                   param.update_ratios[-1][0], _evidence(param, config))
+                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high"})
 
 
 def _low(param: ParamStats, config: AuditConfig) -> Finding:
@@ -70,7 +70,7 @@ def _low(param: ParamStats, config: AuditConfig) -> Finding:
     fix = ("Raise the learning rate (×10) for this layer's param group; if its gradients are tiny, see "
            "LK103 vanishing-gradient for where they are lost.")
     return Finding("update-ratio", "LK202", Severity.WARNING, message, fix, param.module, None, None,
-                   param.update_ratios[-1][0], _evidence(param, config))
+                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "low"})
 
 
 def _evidence(param: ParamStats, config: AuditConfig) -> dict:

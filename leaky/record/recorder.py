@@ -81,6 +81,9 @@ class Recorder:
         self._mode_on = False
         self._calls_since_step = 0
         self._optimizer_exists: bool | None = None
+        self._old_grads: dict[int, list] = {}   # id(optimizer) -> gradient left at each backward start
+        self._stepped: set[int] = set()          # optimizers that have stepped at least once
+        self._scaler = None                      # a live GradScaler (False: looked, none)
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -267,28 +270,57 @@ class Recorder:
         return original(tensor, *args, **kwargs)
 
     def _note_backward(self, tensor) -> None:
-        if isinstance(tensor, Tensor):
-            self.monitor.note_loss(tensor)
-        if self.observing:
-            if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
+        if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
+            loss = self._unscaled(tensor)
+            self.monitor.note_loss(loss)
+            if self.observing:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
-                    self.buffer.extras.setdefault("loss", tensor.detach().reshape(()).clone())
-            if not self._calls_since_step and self.step > 0:
-                self._note_carried_grads()
+                    self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
+            self._probe_old_grads()
         self.backward_calls += 1
         self._calls_since_step += 1
 
-    def _note_carried_grads(self) -> None:
-        """Gradients still present when a step's first backward starts: never zeroed?"""
-        # NOTE: only the optimizers' parameters: zero_grad() zeroes those, so old gradients
-        # on them mean zero_grad() was not called.
-        carried = [p.grad for p in self.builder.opt_params.values() if p.grad is not None and not p.grad.is_sparse]
-        if carried:
+    def _unscaled(self, loss: Tensor) -> Tensor:
+        """The loss itself when backward() is called on scaler.scale(loss) = loss * S."""
+        if type(loss.grad_fn).__name__ != "MulBackward0":
+            return loss
+        if self._scaler is None:
+            self._scaler = _live_grad_scaler() or False
+        scale = getattr(self._scaler, "_scale", None) if self._scaler else None
+        if scale is None or not self._scaler.is_enabled():
+            return loss
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            return loss.detach() / scale.to(loss.device).reshape(())
+
+    def _probe_old_grads(self) -> None:
+        """At each backward start, how much gradient each optimizer's parameters still hold.
+
+        NOTE: an optimizer's gradients were zeroed between two of its steps if any backward
+        in between started with them at zero (or None). Judged per optimizer, a GAN whose
+        generator backward starts while the discriminator's gradients are still there is
+        not mistaken for one that never zeroes.
+        """
+        for optimizer in self.optimizers:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                     if p.grad is not None and not p.grad.is_sparse]
+            if not grads:
+                self._old_grads.setdefault(id(optimizer), []).append(0.0)
+                continue
             with torch._C.DisableTorchFunction(), torch.no_grad():
-                norms = torch._foreach_norm(carried)
-                self.buffer.extras["carried"] = torch.stack([n.float() for n in norms]).max()
-        else:
+                norms = torch._foreach_norm(grads)
+                self._old_grads.setdefault(id(optimizer), []).append(torch.stack([n.float() for n in norms]).max())
+
+    def _note_old_grads(self, optimizer) -> None:
+        """Before an optimizer's step: the least gradient any backward since its last step
+        started from (0 when it was zeroed)."""
+        seen = self._old_grads.pop(id(optimizer), None)
+        if not seen or id(optimizer) not in self._stepped:
+            return
+        if any(isinstance(v, float) for v in seen):
             self.buffer.extras["carried"] = torch.zeros(())
+        else:
+            with torch._C.DisableTorchFunction():
+                self.buffer.extras["carried"] = torch.stack(seen).min()
 
     def _backward_ends_step(self) -> bool:
         """Without an optimizer step seen, does a new backward call start a new step?
@@ -316,6 +348,8 @@ class Recorder:
         self._in_step = True
         if self.observing:
             self.guarded(self.updates.before_step, optimizer)
+            self.guarded(self._note_old_grads, optimizer)
+        self._stepped.add(id(optimizer))
         self.observing = False   # the optimizer's own ops are not the model's
         self._suspend_mode()
 
@@ -392,6 +426,20 @@ class Recorder:
         host = self.buffer.flush()
         self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
+
+
+def _live_grad_scaler():
+    """An enabled torch.amp.GradScaler in this process, if any (one gc scan)."""
+    kinds = tuple(t for t in (getattr(torch.amp, "GradScaler", None),) if isinstance(t, type))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if kinds and isinstance(obj, kinds) and obj.is_enabled():
+                    return obj
+            except Exception:
+                continue
+    return None
 
 
 def _live_optimizer_over(param_ids: set[int]) -> bool:
