@@ -60,9 +60,18 @@ class Audit:
             run = {"steps": max(self.stats.steps, len(self.stats.series)), "sampled_steps": self.stats.steps,
                    "backward_calls": self.stats.backward_calls,
                    "used_optimizer": self.stats.used_optimizer, "losses": list(self.stats.losses),
-                   "internal_error": self._recorder.error, **self.run_info}
+                   "internal_error": self._recorder.error, "notes": self._notes(),
+                   "unauditable": self._recorder.unauditable, **self.run_info}
             self._report = build_report(self.stats, run_all(self.stats, self.config), run)
         return self._report
+
+    def _notes(self) -> list[str]:
+        """One line each: limits of what was observed that the user should know about."""
+        notes = []
+        for name in self._recorder.modules.compiled:
+            notes.append(f"{name} is torch.compile'd: under observation PyTorch runs it op by op where it can, "
+                         "so per-op statistics are eager-mode ones; parameter and step statistics are exact.")
+        return notes
 
     @property
     def findings(self):

@@ -172,6 +172,11 @@ def cmd_audit(args) -> int:
         _error(str(exc))
         return EXIT_UNUSABLE
     report = run.audit.report
+    if report.run.get("unauditable"):
+        _error(f"cannot audit {args.script}: {report.run['unauditable']}.")
+        return EXIT_UNUSABLE
+    for note in report.run.get("notes", []):
+        _error(note)
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
         reason = f" (the script stopped: {run.error})" if run.error else ""
         _error(f"no backward pass was observed in {args.script}{reason}; nothing to audit. "

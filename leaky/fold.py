@@ -133,11 +133,12 @@ class StatsBuilder:
 
     def collect_param_grads(self, buffer) -> tuple[list[int], int]:
         """Queue the norms of every present .grad into the step's values."""
-        with_grad = [p for p in self.tracked_params() if p.grad is not None and not p.grad.is_sparse]
+        with_grad = [p for p in self.tracked_params() if p.grad is not None and not p.grad.is_meta]
         offset = len(buffer.values)
         if with_grad:
+            grads = [p.grad.coalesce().values() if p.grad.is_sparse else p.grad for p in with_grad]
             with torch._C.DisableTorchFunction():
-                buffer.values.extend(torch._foreach_norm([p.grad for p in with_grad]))
+                buffer.values.extend(torch._foreach_norm(grads))
         return [id(p) for p in with_grad], offset
 
     # -- per step ----------------------------------------------------------------------

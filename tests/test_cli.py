@@ -169,3 +169,59 @@ def test_a_script_calling_sys_exit_is_reported(tmp_path, capsys):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["run"]["status"] == "exited" and data["run"]["steps"] == 4
     assert no_leaky_left() == []
+
+
+def test_a_model_on_the_meta_device_is_a_one_line_error(tmp_path, capsys):
+    path = _script(tmp_path, """
+    import torch
+    from torch import nn
+    model = nn.Linear(4, 2, device="meta")
+    for _ in range(3):
+        model(torch.randn(8, 4, device="meta")).sum().backward()
+    """)
+    assert main(["audit", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "meta device" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_binary_file_is_not_a_script(tmp_path, capsys):
+    path = tmp_path / "weights.pt"
+    path.write_bytes(b"\x80\x02\x00\x00binary")
+    assert main(["audit", str(path)]) == 2
+    assert "not a Python source file" in capsys.readouterr().err
+
+
+def test_a_compiled_model_is_observed_with_one_note(tmp_path, capsys):
+    path = _script(tmp_path, """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)), backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(4):
+        loss = model(torch.randn(16, 4)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    """)
+    report = tmp_path / "r.json"
+    with pytest.warns(UserWarning, match="global hooks"):   # torch's own warning about compile + hooks
+        assert main(["audit", "--json", str(report), str(path)]) == 0
+    err = capsys.readouterr().err
+    assert sum("torch.compile'd" in line for line in err.splitlines()) == 1
+    data = json.loads(report.read_text())
+    assert {row["module"] for row in data["modules"]} >= {"0", "2"}   # names without _orig_mod
+
+
+def test_sparse_gradients_are_measured(tmp_path):
+    path = _script(tmp_path, """
+    import torch
+    from torch import nn
+    emb = nn.Embedding(50, 8, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    for _ in range(3):
+        loss = emb(torch.randint(0, 50, (16,))).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    """)
+    report = tmp_path / "r.json"
+    assert main(["audit", "--json", str(report), str(path)]) == 0
+    (param,) = json.loads(report.read_text())["parameters"]
+    assert param["grad_steps"] == 3 and param["grad_norm"] > 0

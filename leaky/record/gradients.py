@@ -104,6 +104,11 @@ def leads_to_param(node, depth: int = 3) -> bool:
     return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)
 
 
+def _dense(grad: Tensor) -> Tensor:
+    """A sparse gradient's stored values: the same norm, and counts of what is stored."""
+    return grad.coalesce().values() if grad.is_sparse else grad
+
+
 def _count_nonzero(grad: Tensor) -> Tensor:
     return torch.count_nonzero(grad)
 
@@ -163,11 +168,11 @@ class GradientRecorder:
             self.on_error(exc)
 
     def _record(self, site, seq, kinds, zeroing, grad_inputs, grad_outputs) -> None:
-        arriving = [g for g in grad_outputs if g is not None]
-        if not arriving:
-            return
-        acts = [g for g, k in zip(grad_inputs, kinds) if k == 1 and g is not None]
-        params = [g for g, k in zip(grad_inputs, kinds) if k == 2 and g is not None]
+        arriving = [_dense(g) for g in grad_outputs if g is not None]
+        if not arriving or arriving[0].is_meta:
+            return   # no values on the meta device
+        acts = [_dense(g) for g, k in zip(grad_inputs, kinds) if k == 1 and g is not None]
+        params = [_dense(g) for g, k in zip(grad_inputs, kinds) if k == 2 and g is not None]
         values = self.buffer.values
         offset = len(values)
         values.extend(torch._foreach_norm(arriving + acts + params))

@@ -36,6 +36,7 @@ class ModuleTracker:
         self._stack: list[int] = []
         self._handles: list[RemovableHandle] = []
         self._root_params: dict[int, bool] = {}
+        self.compiled: list[str] = []   # roots that are torch.compile'd modules
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> "ModuleTracker":
@@ -95,15 +96,22 @@ class ModuleTracker:
             self._stack.pop()
 
     def _register_root(self, root: nn.Module) -> int:
+        if _is_compiled(root):
+            self.compiled.append(_variable_name(root) or type(getattr(root, "_orig_mod", root)).__name__)
         root_key = len(self.infos)
         self.root_labels[root_key] = _variable_name(root) or type(root).__name__
         for path, module in root.named_modules():
             if id(module) in self._by_id and self.infos[self._by_id[id(module)]].module is module:
                 continue  # already named under an earlier root
             key = len(self.infos)
+            path = path.replace("_orig_mod.", "") if path != "_orig_mod" else ""   # torch.compile's wrapper
             self.infos.append(ModuleInfo(key, root_key, path, type(module).__name__, module))
             self._by_id[id(module)] = key
         return self._by_id[id(root)]
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def _variable_name(module: nn.Module) -> str | None:

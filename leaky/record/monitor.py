@@ -56,7 +56,7 @@ class StepMonitor:
         self.loss: Tensor | None = None   # the current step's loss (first backward)
 
     def note_loss(self, loss: Tensor) -> None:
-        if self.loss is None and loss.numel() == 1 and loss.is_floating_point():
+        if self.loss is None and loss.numel() == 1 and loss.is_floating_point() and not loss.is_meta:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 self.loss = loss.detach().reshape(()).clone()
 
@@ -64,8 +64,9 @@ class StepMonitor:
         """Record this step's loss and total gradient norm (no host sync)."""
         norm = None
         if optimizer is not None:
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"]
-                     if p.grad is not None and not p.grad.is_sparse]
+            grads = [p.grad.coalesce().values() if p.grad.is_sparse else p.grad
+                     for group in optimizer.param_groups for p in group["params"]
+                     if p.grad is not None and not p.grad.is_meta]
             if grads:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
                     norms = torch._foreach_norm(grads)
@@ -107,7 +108,8 @@ class UpdateProbe:
         self.before: list[Tensor] = []
 
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+        params = [p for group in optimizer.param_groups for p in group["params"]
+                  if p.requires_grad and not p.is_meta and not p.is_sparse]
         with torch._C.DisableTorchFunction(), torch.no_grad():
             self.params.extend(params)
             self.before.extend(p.detach().clone() for p in params)

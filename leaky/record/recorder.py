@@ -64,6 +64,7 @@ class Recorder:
         self.buffer = StepBuffer()
         self.grads = GradientRecorder(self.buffer, self.fail)
         self.error: str | None = None       # leaky's own failure, if one happened
+        self.unauditable: str | None = None  # why the run has nothing to measure, if so
         self.builder = StatsBuilder(self.sites, self.modules, config)
         self.units: dict[int, UnitStats] = {}
         self.probes = ForwardProbes(("leaky", id(self)))
@@ -155,6 +156,9 @@ class Recorder:
     def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
         main = outputs[0].grad_fn
         if main is None or self._mark in main.metadata:
+            return
+        if outputs[0].is_meta:
+            self.unauditable = "the model runs on the meta device: its tensors have shapes but no values"
             return
         module = self.modules.current
         where = self.locator.locate()
