@@ -127,6 +127,9 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 
 
 def _connect(path: str) -> sqlite3.Connection:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise StoreError(f"cannot create run store {path}: the directory {folder} does not exist")
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row

@@ -225,3 +225,33 @@ def test_sparse_gradients_are_measured(tmp_path):
     assert main(["audit", "--json", str(report), str(path)]) == 0
     (param,) = json.loads(report.read_text())["parameters"]
     assert param["grad_steps"] == 3 and param["grad_norm"] > 0
+
+
+def test_ctrl_c_in_the_script_reports_and_leaves_nothing(tmp_path, capsys):
+    body = HEALTHY.replace('print("script finished")', "raise KeyboardInterrupt")
+    path = _script(tmp_path, body)
+    report = tmp_path / "r.json"
+    assert main(["audit", "--steps", "all", "--json", str(report), str(path), "3"]) == 0
+    assert json.loads(report.read_text())["run"]["status"] == "interrupted"
+    assert no_leaky_left() == []
+
+
+def test_user_text_is_never_read_as_terminal_markup(tmp_path, capsys):
+    path = _script(tmp_path, """
+    import torch
+    from torch import nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.add_module("[bold red]evil[/]", nn.Linear(4, 4))
+        def forward(self, x):
+            return torch.clamp(getattr(self, "[bold red]evil[/]")(x) * 100, -1, 1)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for _ in range(5):
+        loss = net(torch.randn(32, 4)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    """)
+    main(["audit", str(path)])
+    out = capsys.readouterr().out
+    assert "[bold red]evil[/]" in out

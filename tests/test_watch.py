@@ -188,3 +188,31 @@ def test_runs_and_show_list_a_stored_run(tmp_path, capsys):
     assert main(["show", "latest", "--store", str(store)]) == 0
     out = capsys.readouterr().out
     assert "30 steps" in out and "loss" in out
+
+
+@pytest.mark.parametrize("prepare, message", [
+    (lambda p: p.write_bytes(b"this is not sqlite" * 100), "not a sqlite database"),
+    (lambda p: None, "directory"),
+])
+def test_bad_store_paths_are_one_line_errors(tmp_path, capsys, prepare, message):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    store = tmp_path / "runs.db" if message != "directory" else tmp_path / "missing" / "runs.db"
+    prepare(store)
+    assert main(["watch", "--store", str(store), str(script), "5"]) == 2
+    err = capsys.readouterr().err
+    assert message in err.lower() and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_store_from_a_newer_leaky_is_refused(tmp_path, capsys):
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    Store(store).close()
+    with sqlite3.connect(store) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    assert main(["watch", "--store", str(store), str(script), "5"]) == 2
+    assert "newer" in capsys.readouterr().err

@@ -1,0 +1,309 @@
+"""Property tests: random small architectures, trained for a few steps under leaky.audit().
+
+Each example draws a spec (depth, widths, activation, residuals, normalisation, clamp/where,
+an optional recurrence, init, loss, optimizer), builds the model from it and checks that
+
+  a) the audit never crashes and its report serialises to strict JSON;
+  b) every recorded per-layer gradient equals torch.autograd.grad on an identical copy;
+  c) healthy, well-initialised models produce no ERROR finding.
+
+Runtime is bounded by small models (width <= 24, batch <= 32, <= 8 time steps), few steps
+(1, 3 or 5) and a fixed number of examples per property (LEAKY_PROPERTY_EXAMPLES scales it
+for a longer local search).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import leaky
+from tests.conftest import no_leaky_left
+
+ACTIVATIONS = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid", "silu")
+RELU_FAMILY = ("relu", "leaky_relu", "gelu", "silu")
+
+_SCALE = float(os.environ.get("LEAKY_PROPERTY_EXAMPLES", "1"))
+
+
+def _examples(n: int) -> int:
+    return max(1, int(n * _SCALE))
+
+
+def _settings(n: int):
+    return settings(max_examples=_examples(n), deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# -- the spec -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spec:
+    depth: int
+    widths: tuple[int, ...]
+    act: str
+    residual: bool
+    norm: str | None             # None | "layer" | "batch"
+    clamp: float | None          # torch.clamp(h, -c, c) after the activation
+    where: bool                  # torch.where(h > 0, h, 0.1 * h) after the activation
+    rec: str | None              # None | "rnn" | "gru" | "loop"
+    rec_hidden: int
+    rec_steps: int
+    rec_factor: float            # the loop's W_hh = orthogonal * factor
+    init: str                    # "default" | "fan" (Kaiming for relu-family, Xavier for tanh/sigmoid)
+    batch: int
+    d_in: int
+    d_out: int
+    loss: str                    # "ce" | "mse"
+    opt: str                     # "sgd" | "adam"
+    lr: float
+    seed: int
+
+
+@st.composite
+def specs(draw, healthy: bool = False) -> Spec:
+    depth = draw(st.integers(1, 4 if healthy else 5))
+    if draw(st.booleans()):      # one width throughout, so residual connections apply
+        widths = (draw(st.integers(4, 24)),) * depth
+    else:
+        widths = tuple(draw(st.lists(st.integers(4, 24), min_size=depth, max_size=depth)))
+    rec = draw(st.sampled_from((None, None, "rnn", "gru", "loop")))
+    return Spec(
+        depth=depth,
+        widths=widths,
+        act=draw(st.sampled_from(ACTIVATIONS)),
+        residual=draw(st.booleans()),
+        norm=draw(st.sampled_from((None, "layer", "batch"))),
+        clamp=None if healthy or not draw(st.booleans()) else draw(st.floats(5.0, 50.0)),
+        where=False if healthy else draw(st.booleans()),
+        rec=rec,
+        rec_hidden=draw(st.integers(4, 12)),
+        rec_steps=draw(st.integers(3, 8)),
+        rec_factor=draw(st.floats(0.5, 1.0)),
+        init="fan" if healthy else draw(st.sampled_from(("default", "fan"))),
+        batch=32 if healthy else draw(st.integers(8, 32)),
+        d_in=draw(st.integers(2, 12)),
+        d_out=draw(st.integers(2, 6)),
+        loss=draw(st.sampled_from(("ce", "mse"))),
+        opt="adam" if healthy else draw(st.sampled_from(("sgd", "adam"))),
+        lr=1e-3 if healthy else draw(st.floats(1e-3, 1e-2)),
+        seed=draw(st.integers(0, 2 ** 31 - 1)),
+    )
+
+
+# -- the model --------------------------------------------------------------------------------
+def _activate(name: str, z: torch.Tensor) -> torch.Tensor:
+    if name == "relu":
+        return F.relu(z)
+    if name == "leaky_relu":
+        return F.leaky_relu(z, 0.01)
+    if name == "gelu":
+        return F.gelu(z)
+    if name == "tanh":
+        return torch.tanh(z)
+    if name == "sigmoid":
+        return torch.sigmoid(z)
+    return F.silu(z)
+
+
+def _fan_init(layer: nn.Linear, act: str | None) -> None:
+    if act in ("relu", "gelu", "silu"):
+        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    elif act == "leaky_relu":
+        nn.init.kaiming_normal_(layer.weight, a=0.01, nonlinearity="leaky_relu")
+    elif act == "tanh":
+        nn.init.xavier_normal_(layer.weight, gain=nn.init.calculate_gain("tanh"))
+    else:                        # sigmoid, and the linear head
+        nn.init.xavier_normal_(layer.weight)
+    nn.init.zeros_(layer.bias)
+
+
+class Net(nn.Module):
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self.spec = spec
+        width = spec.d_in
+        self.rnn = None
+        if spec.rec in ("rnn", "gru"):
+            cls = nn.RNN if spec.rec == "rnn" else nn.GRU
+            self.rnn = cls(spec.d_in, spec.rec_hidden, batch_first=True)
+            width = spec.rec_hidden
+        elif spec.rec == "loop":
+            self.w_ih = nn.Parameter(torch.randn(spec.d_in, spec.rec_hidden) / math.sqrt(spec.d_in))
+            q, _ = torch.linalg.qr(torch.randn(spec.rec_hidden, spec.rec_hidden))
+            self.w_hh = nn.Parameter(q * spec.rec_factor)
+            width = spec.rec_hidden
+        self.layers = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        for w in spec.widths:
+            layer = nn.Linear(width, w)
+            if spec.init == "fan":
+                _fan_init(layer, spec.act)
+            self.layers.append(layer)
+            if spec.norm == "layer":
+                self.norms.append(nn.LayerNorm(w))
+            elif spec.norm == "batch":
+                self.norms.append(nn.BatchNorm1d(w))
+            width = w
+        self.head = nn.Linear(width, spec.d_out)
+        if spec.init == "fan":
+            _fan_init(self.head, None)
+
+    def forward(self, x):
+        spec = self.spec
+        if self.rnn is not None:
+            out, _ = self.rnn(x)
+            h = out[:, -1]
+        elif spec.rec == "loop":
+            h = x.new_zeros(x.shape[0], spec.rec_hidden)
+            for t in range(x.shape[1]):
+                h = torch.tanh(x[:, t] @ self.w_ih + h @ self.w_hh)
+        else:
+            h = x
+        for i, layer in enumerate(self.layers):
+            a = layer(h)
+            if spec.norm is not None:
+                a = self.norms[i](a)
+            a = _activate(spec.act, a)
+            if spec.clamp is not None:
+                a = torch.clamp(a, -spec.clamp, spec.clamp)
+            if spec.where:
+                a = torch.where(a > 0, a, 0.1 * a)
+            if spec.residual and a.shape == h.shape:
+                a = a + h
+            h = a
+        return self.head(h)
+
+
+def _standardise(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean(dim=0)) / x.std(dim=0)
+
+
+def build(spec: Spec):
+    """Model, optimizer, inputs, targets and loss function for one spec (seeded by it)."""
+    torch.manual_seed(spec.seed)
+    model = Net(spec)
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=spec.lr) if spec.opt == "adam" else torch.optim.SGD(params, lr=spec.lr)
+    shape = (spec.batch, spec.rec_steps, spec.d_in) if spec.rec else (spec.batch, spec.d_in)
+    x = _standardise(torch.randn(*shape))
+    if spec.loss == "ce":
+        y = torch.randint(0, spec.d_out, (spec.batch,))
+        loss_fn = F.cross_entropy
+    else:
+        y = _standardise(torch.randn(spec.batch, spec.d_out))
+        loss_fn = F.mse_loss
+    return model, opt, x, y, loss_fn
+
+
+def train(model, opt, x, y, loss_fn, steps: int) -> None:
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+
+def _linears(model: nn.Module) -> dict[str, nn.Linear]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+
+
+# -- a) the audit never crashes ---------------------------------------------------------------
+@_settings(40)
+@given(spec=specs())
+def test_audit_never_crashes(spec):
+    note(repr(spec))
+    model, opt, x, y, loss_fn = build(spec)
+    with leaky.audit() as audit:
+        train(model, opt, x, y, loss_fn, steps=3)
+    assert no_leaky_left() == []
+    report = audit.report
+    assert report.run["internal_error"] is None
+    assert report.run["steps"] == 3
+    as_dict = report.to_dict()
+    text = report.to_json()
+    assert json.loads(text) == as_dict
+    json.dumps(as_dict, allow_nan=False)      # strict JSON: no NaN/Infinity literals
+    assert str(report)                        # the terminal rendering
+    for finding in report.findings:
+        assert finding.severity.value in ("error", "warning", "info")
+        assert finding.code.startswith("LK")
+
+
+# -- b) recorded gradients equal autograd -----------------------------------------------------
+def _reference(model: nn.Module, x, y, loss_fn):
+    """Gradient norms at each Linear's output and at each parameter, from autograd alone."""
+    outputs: dict[str, torch.Tensor] = {}
+    handles = [m.register_forward_hook(lambda mod, inp, out, name=name: outputs.__setitem__(name, out))
+               for name, m in _linears(model).items()]
+    try:
+        loss = loss_fn(model(x), y)
+    finally:
+        for handle in handles:
+            handle.remove()
+    names = list(outputs)
+    params = [(n, p) for n, p in model.named_parameters()]
+    grads = torch.autograd.grad(loss, [outputs[n] for n in names] + [p for _, p in params], allow_unused=True)
+    at_output = {n: g.norm().item() for n, g in zip(names, grads[:len(names)])}
+    at_param = {n: None if g is None else g.norm().item() for (n, _), g in zip(params, grads[len(names):])}
+    return at_output, at_param
+
+
+def _close(got: float | None, want: float) -> bool:
+    if want == 0.0:
+        return got is None or got == 0.0    # a zero gradient has no geometric mean
+    return got is not None and math.isclose(got, want, rel_tol=1e-4)
+
+
+@_settings(30)
+@given(spec=specs())
+def test_recorded_gradients_equal_autograd(spec):
+    note(repr(spec))
+    model, opt, x, y, loss_fn = build(spec)
+    want_out, want_param = _reference(copy.deepcopy(model), x, y, loss_fn)
+
+    seqs: dict[str, int] = {}
+    handles = [m.register_forward_hook(lambda mod, inp, out, name=name: seqs.__setitem__(name, out.grad_fn._sequence_nr()))
+               for name, m in _linears(model).items()]
+    try:
+        with leaky.audit() as audit:
+            train(model, opt, x, y, loss_fn, steps=1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    stats = audit.stats
+    assert stats.steps == 1
+    by_seq = {op.first_seq: op for op in stats.ops}
+    assert set(seqs) == set(want_out)
+    for name, seq in seqs.items():        # every Linear here runs once per forward
+        op = by_seq.get(seq)
+        assert op is not None, (name, [(o.op, o.node, o.module, o.first_seq) for o in stats.ops])
+        assert (op.op, op.module, op.steps, op.occurrences) == ("linear", name, 1, 1.0)
+        assert _close(op.grad_in, want_out[name]), (name, op.grad_in, want_out[name])
+
+    got_param = {p.name: p.grad_norm for p in stats.params}
+    for name, layer in _linears(model).items():
+        for pname, _ in layer.named_parameters():
+            full = f"{name}.{pname}"
+            assert full in got_param, (full, sorted(got_param))
+            assert _close(got_param[full], want_param[full]), (full, got_param[full], want_param[full])
+
+
+# -- c) healthy models: no errors -------------------------------------------------------------
+@_settings(30)
+@given(spec=specs(healthy=True))
+def test_healthy_models_have_no_errors(spec):
+    note(repr(spec))
+    model, opt, x, y, loss_fn = build(spec)
+    with leaky.audit() as audit:
+        train(model, opt, x, y, loss_fn, steps=5)
+    errors = [f for f in audit.report.findings if f.severity.value == "error"]
+    assert errors == [], "\n".join(f"{f.code} {f.name} at {f.where}: {f.message}" for f in errors)
