@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--fail-on", choices=_FAIL_ON, default="error",
                        help="exit 1 when a finding at or above this severity exists (default error)")
     audit.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
+    audit.add_argument("--format", choices=("text", "json", "sarif"), default="text",
+                       help="text (default) for people; json or sarif on stdout, or into --output")
+    audit.add_argument("--output", metavar="PATH", help="write the --format json/sarif output here")
     audit.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
     audit.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     watch = sub.add_parser("watch", help="follow a whole training run cheaply and keep it in a store")
@@ -157,6 +160,24 @@ def _write_json(report, path: str) -> bool:
     return True
 
 
+def _write_formatted(report, fmt: str, path: str | None, script: str) -> bool:
+    import os
+
+    from leaky.report.sarif import to_sarif_json
+
+    text = report.to_json() if fmt == "json" else to_sarif_json(report, os.path.dirname(os.path.abspath(script)))
+    if path is None:
+        sys.stdout.write(text + "\n")
+        return True
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    except OSError as exc:
+        _error(f"cannot write the {fmt} output to {path}: {exc.strerror}")
+        return False
+    return True
+
+
 def cmd_audit(args) -> int:
     from leaky.report.terminal import print_report
     from leaky.script import ScriptError, run_script
@@ -165,8 +186,11 @@ def cmd_audit(args) -> int:
     out = Console(highlight=False)
     config = dataclasses.replace(AuditConfig(), steps=args.steps, fail_on=args.fail_on)
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    # NOTE: with machine output on stdout, the script's own prints go to stderr.
+    quiet = args.format != "text" and args.output is None
     try:
-        with _Progress(err, args.steps) as progress:
+        with _Progress(err, args.steps) as progress, \
+                (contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext()):
             run = run_script(args.script, script_args, config, on_step=progress.on_step)
     except ScriptError as exc:
         _error(str(exc))
@@ -184,7 +208,11 @@ def cmd_audit(args) -> int:
         if args.json:
             _write_json(report, args.json)
         return EXIT_UNUSABLE
-    print_report(report, out, table=not args.no_table)
+    if args.format != "text":
+        if not _write_formatted(report, args.format, args.output, args.script):
+            return EXIT_UNUSABLE
+    else:
+        print_report(report, out, table=not args.no_table)
     if report.run.get("internal_error"):
         out.print(Text(f"leaky: observation stopped early on an internal error: {report.run['internal_error']}",
                        style="red"))

@@ -37,6 +37,7 @@ __all__ = ["render_html", "run_payload", "write_html"]
 COLLAPSE, EXPLOSION = 0.1, 10.0
 SOURCE_CONTEXT = 3          # lines shown above and below a finding's line
 MAX_COLUMNS = 200           # heatmap / per-layer series: at most this many sampled steps
+HEATMAP_CELL_TITLES = 6000  # up to this many heatmap cells get their own hover text
 MAX_POINTS = 2000           # loss and gradient-norm curves: at most this many points (min/max kept)
 
 _C = {"collapse": "#d62728", "explosion": "#8e44ad", "ok": "#4e79a7", "unknown": "#9aa0a6",
@@ -174,9 +175,13 @@ def _tick_label(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _decade_range(logs: list[float], pad: float = 0.0) -> tuple[int, int]:
-    lo = math.floor(min(logs) - pad)
-    hi = math.ceil(max(logs) + pad)
+def _decade_range(logs: list[float]) -> tuple[int, int]:
+    """Whole decades around the values; a minimum exactly on a decade gets one more below,
+    so that its bar is not empty."""
+    lo = math.floor(min(logs) + 1e-9)
+    if min(logs) - lo < 0.05:
+        lo -= 1
+    hi = math.ceil(max(logs) - 1e-9)
     if hi <= lo:
         hi = lo + 1
     return lo, hi
@@ -382,20 +387,21 @@ def _findings_html(findings: list[dict], run: dict | None) -> str:
 def _flow_chart(modules: list[dict]) -> str:
     rows = len(modules)
     logs = [math.log10(g) for g in (_pos(m.get("grad_norm")) for m in modules) if g is not None]
-    label_w, bar_w, gain_w, row_h, top = 250, 520, 190, 20, 34
+    label_w, bar_w, gain_w, row_h, top = 250, 560, 190, 20, 44
     width, height = label_w + bar_w + gain_w, top + rows * row_h + 12
     out = [_svg_open("flow", width, height, "gradient norm per module, loss to input, log scale")]
     if logs:
-        lo, hi = _decade_range(logs, pad=0.25)
+        lo, hi = _decade_range(logs)
     else:
         lo, hi = -1, 1
     x = _Scale(lo, hi, label_w, label_w + bar_w)
     for k in _decade_ticks(lo, hi):
         out.append(f'<line x1="{_fmt(x(k))}" y1="{top - 6}" x2="{_fmt(x(k))}" y2="{height - 8}" '
                    f'stroke="{_C["grid"]}"/>')
-        out.append(_text(x(k), top - 12, _decade(k), "tick", "middle"))
-    out.append(_text(label_w - 8, top - 12, "module (loss ↓ input)", "axis-label", "end"))
-    out.append(_text(label_w + bar_w + 10, top - 12, "gain through it", "axis-label"))
+        out.append(_text(x(k), top - 10, _decade(k), "tick", "middle"))
+    out.append(_text(label_w - 8, 12, "loss end ↓ input end", "axis-label", "end"))
+    out.append(_text(label_w + bar_w / 2, 12, "gradient norm arriving (log scale)", "axis-label", "middle"))
+    out.append(_text(label_w + bar_w + 14, 12, "gain through it", "axis-label"))
     ends: list[tuple[float, float] | None] = []
     for i, m in enumerate(modules):
         y = top + i * row_h
@@ -415,7 +421,7 @@ def _flow_chart(modules: list[dict]) -> str:
         if g is not None:
             end = x(math.log10(g))
             out.append(f'<rect x="{label_w}" y="{y + 3}" width="{_fmt(max(1.0, end - label_w))}" '
-                       f'height="{row_h - 6}" rx="2" fill="{_C[cls]}"/>')
+                       f'height="{row_h - 6}" rx="2" fill="{_C[cls] if cls != "unknown" else _C["ok"]}"/>')
             ends.append((end, y + row_h / 2))
         else:
             raw = m.get("grad_norm")
@@ -426,7 +432,7 @@ def _flow_chart(modules: list[dict]) -> str:
         gain = m.get("gain")
         if gain is not None:
             mark = {"collapse": " ▼ collapse", "explosion": " ▲ explosion"}.get(cls, "")
-            out.append(_text(label_w + bar_w + 10, y + row_h * 0.7, f"×{_num(_f(gain) if _f(gain) is not None else gain)}{mark}",
+            out.append(_text(label_w + bar_w + 14, y + row_h * 0.7, f"×{_num(_f(gain) if _f(gain) is not None else gain)}{mark}",
                              f"gain {cls}", extra=f' fill="{_C[cls] if cls != "ok" else _C["axis"]}"'))
         out.append("</g>")
     for i in range(len(ends) - 1):     # the path of the signal, coloured by the gain between rows
@@ -466,8 +472,8 @@ def _histogram_chart(act: dict) -> str:
         return '<p class="none">no histogram recorded</p>'
     kind = hist.get("kind")
     never = _fin(hist.get("never")) if kind == "fire_rate" else None
-    width, height, left, right, top, bottom = 340, 170, 40, 10, 16, 36
-    never_w = 34 if kind == "fire_rate" else 0
+    width, height, left, right, top, bottom = 340, 170, 40, 18, 16, 36
+    never_w = 46 if kind == "fire_rate" else 0
     plot_l = left + never_w
     x = _Scale(edges[0], edges[-1], plot_l, width - right)
     peak = max(counts + [never or 0.0]) or 1.0
@@ -480,7 +486,7 @@ def _histogram_chart(act: dict) -> str:
             x1 = x(min(fb, edges[-1]))
             out.append(f'<rect x="{_fmt(plot_l)}" y="{top}" width="{_fmt(x1 - plot_l)}" '
                        f'height="{height - bottom - top}" fill="{_C["flat"]}"/>')
-            out.append(_text(plot_l + 3, top + 10, "flat region", "note"))
+            out.append(_text(x1 - 3, top + 10, "flat region", "note", "end"))
             flat_label = f"derivative below {_decade(int(fb)) if fb == int(fb) else fb} of its max"
     elif kind == "fire_rate" and len(edges) > 1:
         out.append(f'<rect x="{_fmt(plot_l)}" y="{top}" width="{_fmt(x(edges[1]) - plot_l)}" '
@@ -505,9 +511,9 @@ def _histogram_chart(act: dict) -> str:
         n = never or 0.0
         if n > 0:
             h = max(1.0, y(0) - y(n))
-            out.append(f'<rect x="{left + 4}" y="{_fmt(y(0) - h)}" width="{never_w - 10}" height="{_fmt(h)}" '
+            out.append(f'<rect x="{left + 6}" y="{_fmt(y(0) - h)}" width="{never_w - 22}" height="{_fmt(h)}" '
                        f'fill="{_C["collapse"]}"><title>never fired (dead): {_e(_num(n))}</title></rect>')
-        out.append(_text(left + never_w / 2 - 1, height - bottom + 13, "never", "tick", "middle"))
+        out.append(_text(left + 6 + (never_w - 22) / 2, height - bottom + 13, "never", "tick", "middle"))
     # axes
     out.append(f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" '
                f'stroke="{_C["axis"]}"/>')
@@ -515,8 +521,8 @@ def _histogram_chart(act: dict) -> str:
         out.append(_text(left - 4, y(t) + 3, _tick_label(t), "tick", "end"))
     if kind == "log10_derivative_share":
         span = edges[-1] - edges[0]
-        stride = max(1, math.ceil(span / 6))
-        k = math.ceil(edges[0])
+        stride = next(s for s in (1, 2, 4, 5, 10, 20, 50, 100, 10**9) if span / s <= 5)
+        k = math.ceil(edges[0] / stride) * stride
         while k <= edges[-1]:
             out.append(_text(x(k), height - bottom + 13, _decade(int(k)), "tick", "middle"))
             k += stride
@@ -551,8 +557,8 @@ def _activation_card(act: dict) -> str:
     if act.get("peaked_share") is not None:
         facts.append(f"peaked {_e(_pct(act.get('peaked_share')))}")
     head = " · ".join(x for x in (_e(_module_label(act.get("module"))), _e(act.get("op") or family)) if x)
-    file = f' · <span class="file" title="{_e(full)}">{_e(short)}</span>' if short else ""
-    return (f'<div class="card act"><div class="card-head">{head}{file}</div>'
+    file = f'<div class="file" title="{_e(full)}">{_e(short)}</div>' if short else ""
+    return (f'<div class="card act"><div class="card-head">{head}</div>{file}'
             f'<div class="facts">{" · ".join(facts)}</div>{_histogram_chart(act)}</div>')
 
 
@@ -567,7 +573,7 @@ def _activations_html(acts: list[dict]) -> str:
 
 # -- line charts ---------------------------------------------------------------------------
 def _line_chart(kind: str, label: str, series: list[tuple[str, list[tuple[float, float | None]], str]], *,
-                log_y: bool, x_label: str, y_label: str, width: int = 900, height: int = 260,
+                log_y: bool, x_label: str, y_label: str, width: int = 1000, height: int = 260,
                 markers: list[tuple[float, str, str]] | None = None, bad_x: list[float] | None = None,
                 ref: tuple[float, str] | None = None, y_range: tuple[float, float] | None = None,
                 dots: bool = False) -> str:
@@ -610,7 +616,7 @@ def _line_chart(kind: str, label: str, series: list[tuple[str, list[tuple[float,
         ry = y(ref[0])
         out.append(f'<line x1="{left}" y1="{_fmt(ry)}" x2="{width - right}" y2="{_fmt(ry)}" stroke="{_C["axis"]}" '
                    f'stroke-dasharray="5 4"/>')
-        out.append(_text(width - right - 4, ry - 4, ref[1], "note", "end"))
+        out.append(_text(left + 4, ry - 4, ref[1], "note"))
     for mx, color, tip in markers or []:
         px = x(mx)
         out.append(f'<g class="marker"><title>{_e(tip)}</title><line x1="{_fmt(px)}" y1="{top}" x2="{_fmt(px)}" '
@@ -761,23 +767,29 @@ def _ordered_modules(report_modules: list[dict], stats: list[dict]) -> list[str]
 def _heatmap(modules: list[str], steps: list[int], cells: dict[tuple[str, int], float | None]) -> str:
     logs = [math.log10(v) for v in cells.values() if v is not None and math.isfinite(v) and v > 0]
     label_w, top, row_h = 210, 14, 16
-    cell_w = max(3.0, min(28.0, 660 / max(1, len(steps))))
+    cell_w = max(3.0, min(60.0, 660 / max(1, len(steps))))
     width = label_w + cell_w * len(steps) + 90
     height = top + row_h * len(modules) + 34
     out = [_svg_open("heatmap", width, height, "gradient norm per layer and step, log colour scale")]
     lo, hi = _decade_range(logs) if logs else (-1, 1)
+    per_cell = len(modules) * len(steps) <= HEATMAP_CELL_TITLES   # hover text per cell, or per row
     for r, name in enumerate(modules):
         y = top + r * row_h
-        out.append(_text(label_w - 6, y + row_h * 0.72, _ellipsize(_module_label(name), 30), "label", "end"))
+        label = _module_label(name)
+        out.append('<g class="hrow">' + ("" if per_cell else f"<title>{_e(label)}</title>"))
+        out.append(_text(label_w - 6, y + row_h * 0.72, _ellipsize(label, 30), "label", "end"))
         for c, step in enumerate(steps):
             v = cells.get((name, step))
             if v is not None and math.isfinite(v) and v > 0:
                 fill = _viridis((math.log10(v) - lo) / (hi - lo))
             else:
                 fill = "#e8e8ec"
+            tip = f"<title>{_e(label)} · step {step}: {_e(_num(v))}</title>" if per_cell else ""
             out.append(f'<rect x="{_fmt(label_w + c * cell_w)}" y="{y}" width="{_fmt(cell_w + 0.2)}" '
-                       f'height="{row_h - 1}" fill="{fill}"><title>{_e(_module_label(name))} · step {step}: '
-                       f'{_e(_num(v))}</title></rect>')
+                       f'height="{row_h - 1}" fill="{fill}">{tip}</rect>' if tip else
+                       f'<rect x="{_fmt(label_w + c * cell_w)}" y="{y}" width="{_fmt(cell_w + 0.2)}" '
+                       f'height="{row_h - 1}" fill="{fill}"/>')
+        out.append("</g>")
     stride = max(1, math.ceil(len(steps) / 12))
     for c in range(0, len(steps), stride):
         out.append(_text(label_w + (c + 0.5) * cell_w, height - 18, str(steps[c]), "tick", "middle"))
@@ -955,14 +967,15 @@ nav.toc a{margin-right:14px;color:var(--info);text-decoration:none;font-size:14p
 .cols{display:grid;grid-template-columns:minmax(0,1.1fr) minmax(0,1fr);gap:14px;align-items:start}
 .cols>div:only-child{grid-column:1/-1}
 pre.src{margin:4px 0;background:#f3f4f6;border-radius:4px;padding:6px 0;font:12px/1.45 ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;overflow-x:auto;white-space:pre}
-pre.src>span,pre.src{display:block} pre.src .ln{color:#9aa0a6;padding:0 8px 0 6px;user-select:none}
-pre.src .hl{background:#fff3bf;display:block;box-shadow:inset 3px 0 #e0a800}
+pre.src{display:block} pre.src .ln{color:#9aa0a6;padding:0 8px 0 6px;user-select:none}
+pre.src .hl{background:#fff3bf;display:inline-block;min-width:100%;box-shadow:inset 3px 0 #e0a800}
 table{border-collapse:collapse;font-size:12.5px}
 table.evidence{width:100%} table.evidence caption{text-align:left;color:var(--muted);font-size:12px}
-table.evidence th{text-align:left;font-weight:500;color:var(--muted);padding:2px 10px 2px 0;vertical-align:top;white-space:nowrap}
+table.evidence th{text-align:left;font-weight:500;color:var(--muted);padding:2px 14px 2px 0;vertical-align:top;white-space:nowrap;width:1%}
 table.evidence td{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;padding:2px 0;overflow-wrap:anywhere}
 table.evidence td .k{color:var(--muted)}
-table.sub th,table.sub td{padding:0 8px 0 0;font-size:11.5px;white-space:nowrap} .more{font-size:11px;color:var(--muted)}
+table.evidence table.sub{width:auto} table.evidence table.sub th,table.evidence table.sub td{width:auto;padding:0 12px 0 0;font-size:11.5px;white-space:nowrap;color:var(--fg)}
+table.evidence table.sub th{color:var(--muted);font-weight:500} .more{font-size:11px;color:var(--muted)}
 figure{margin:6px 0 12px;background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px;break-inside:avoid;overflow-x:auto}
 svg.chart{display:block;max-width:100%;height:auto}
 svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","DejaVu Sans",sans-serif;font-size:11px;fill:#3c4043}
@@ -977,7 +990,7 @@ svg text.gain{font-size:11px} svg text.gain.collapse,svg text.gain.explosion{fon
 .card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px 10px;break-inside:avoid;margin-bottom:12px}
 .grid .card{margin-bottom:0}
 .card-head{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:13px;font-weight:600;overflow-wrap:anywhere}
-.card-head .file{font-weight:400;color:var(--muted)}
+.card .file{font:12px ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;color:var(--muted);overflow-wrap:anywhere}
 ul.timeline{font-size:13px;margin:4px 0 12px;padding-left:18px} ul.timeline ul{list-style:none;padding-left:8px;margin:0}
 .error-line{color:var(--err);font-size:13px;overflow-wrap:anywhere}
 details{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:6px 10px;margin:8px 0}
@@ -1075,11 +1088,11 @@ def render_html(report: dict, run: dict | None = None, *, title: str = "leaky re
         ("flow", "Gradient flow", _flow_html(list(report.get("modules") or []))),
         ("activations", "Activations", _activations_html(list(report.get("activations") or []))),
         ("recurrences", "Recurrences", _recurrences_html(list(report.get("recurrences") or []))),
-        ("run", "Training run" if run else "Steps", _run_html(report, run, findings)),
+        ("run", "Training run" if run else "Observed steps", _run_html(report, run, findings)),
         ("tables", "Tables", _tables_html(report)),
     ]
     present = [(i, t) for i, t, body in blocks if body]
-    data = _script_json({"report": report, "run": run})
+    data = _script_json(report)
     return "".join([
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -1089,7 +1102,7 @@ def render_html(report: dict, run: dict | None = None, *, title: str = "leaky re
         _toc(present),
         "".join(body for _, _, body in blocks),
         f'<footer>Made by leaky from the <code>{_e(report.get("schema") or "leaky/report-v1")}</code> '
-        f'report; the data is embedded in this page as JSON (script#leaky-data).</footer>',
+        f'report, which this page carries as JSON (script#leaky-data).</footer>',
         f'</main><script type="application/json" id="leaky-data">{data}</script>',
         f"<script>{_JS}</script></body></html>\n",
     ])

@@ -1,0 +1,686 @@
+"""Run: python benchmarks/watch_overhead.py [--quick]   (from the repository root)
+
+    python benchmarks/watch_overhead.py --quick                       # smoke run, ~1 min
+    python benchmarks/watch_overhead.py --markdown                    # full run, ~5 min on 2 cores
+    python benchmarks/watch_overhead.py --models cnn,lstm --rounds 12 --steps 10
+
+Overhead of `leaky.watch()` on a training step, next to Cockpit and naive logging.
+
+Targets: a step under `leaky.watch(every=DEFAULT_EVERY)` costs at most 1.02x a plain step,
+and under `leaky.watch(every=1)` at most 1.15x.
+
+Modes, each timed against plain training of the same model (the workloads of
+audit_overhead.py, built from the same seed):
+  plain               zero_grad, forward, loss, backward, optimizer step
+  watch-default       the same inside leaky.watch(every=DEFAULT_EVERY, store=<temp file>)
+  watch-every-1       the same inside leaky.watch(every=1, store=<temp file>)
+  cockpit-economy     Cockpit (cockpit-for-pytorch) with configuration("economy"), every step
+  cockpit-economy-16  the same quantities tracked every 16th step
+  naive-item          after backward: log[name] = p.grad.norm().item() for every parameter
+
+`leaky.watch()` instruments the whole process (Tensor.backward, the global optimizer hooks,
+a torch-function mode), so a watch open in this process would also observe the plain model.
+Each mode therefore runs in its own worker process (spawned, torch.set_num_threads(--threads)),
+holding its model and its context open from before the warm-up to the end: one watch per
+workload, so its sampled steps fall among the timed steps in the proportion they have in
+training. The main process interleaves the workers in rounds (plain, watch-default, ...,
+plain, ...); only one worker computes at a time, the others wait on a pipe.
+
+Each step is timed on its own (time.perf_counter). Modes whose cost varies by step
+(watch-default samples one step in DEFAULT_EVERY, cockpit-economy-16 one in 16) have their
+heavy steps told apart (for the watch: its count of sampled steps went up during the step;
+for Cockpit: its schedule tracked that step). Their ratio is amortized over the period P:
+    ratio = ((P - 1) * r_light + r_heavy) / P
+with r_light the median over rounds of (mean light step / mean plain step of that round) and
+r_heavy the median over the timed heavy steps of (heavy step / mean plain step of its round).
+A median of whole blocks would drop the one round that holds the sampled step; a plain ratio
+of totals would let one noisy round decide. The ratio of totals over all timed steps is
+shown as a cross-check. Every other mode: median over rounds of the per-round ratio, as in
+audit_overhead.py. If no heavy step fell among the timed steps (too few rounds x steps),
+the heavy steps seen in the warm-up are used and the cell is marked '*'.
+
+Guards, so the run stays within a few minutes and within memory on a small machine:
+  * Cockpit's economy quantities need per-sample gradients (batch x parameters floats). If
+    that estimate exceeds --cockpit-max-gb, both Cockpit modes are skipped for the model
+    (measured once by hand: the full MLP, 2.9M parameters x batch 256, took ~40 s a step
+    and ~13 GB peak memory).
+  * A mode whose warm-up step takes over --max-step-s is not timed in rounds; its ratio is
+    estimated from its warm-up steps and marked '~' (first steps include one-time setup).
+  * A mode other than plain whose steps cost more than twice plain times shorter blocks
+    (about two plain blocks' worth, at least one step), so slow modes do not eat the budget.
+  * Cockpit/BackPACK supports only some layers (Linear, Conv, BatchNorm, LSTM, Embedding,
+    ...); a model with a parameter held by another module (MultiheadAttention, a bare
+    nn.Parameter) is skipped for Cockpit with a note naming the modules.
+If cockpit-for-pytorch or backpack-for-pytorch is not installed, the Cockpit modes are
+skipped with a note (pip install cockpit-for-pytorch backpack-for-pytorch). If a mode fails
+on a model, its traceback is printed and that mode is skipped for it.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import types
+import warnings
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import leaky  # noqa: E402
+from audit_overhead import BUILDERS, Workload  # noqa: E402
+from leaky.watch import DEFAULT_EVERY  # noqa: E402
+
+TARGETS = {"watch-default": 1.02, "watch-every-1": 1.15}
+MODES = ("plain", "watch-default", "watch-every-1", "cockpit-economy", "cockpit-economy-16", "naive-item")
+COCKPIT_MODES = ("cockpit-economy", "cockpit-economy-16")
+PERIOD = {"watch-default": DEFAULT_EVERY, "cockpit-economy-16": 16}   # one heavy step in P
+
+
+class Skip(Exception):
+    """A mode that cannot run on a model; the message says why (printed as a note)."""
+
+
+# -- the modes, run inside a worker process -----------------------------------------------
+class PlainRunner:
+    def __init__(self, work: Workload, **_) -> None:
+        self.work = work
+
+    def setup(self) -> None:
+        pass
+
+    def step(self) -> bool:
+        self.work.step()
+        return False
+
+    def close(self) -> dict:
+        return {}
+
+
+class NaiveRunner(PlainRunner):
+    """Per-parameter gradient norms copied to the host one by one, after every backward."""
+
+    def __init__(self, work: Workload, **_) -> None:
+        super().__init__(work)
+        self.log: dict[str, float] = {}
+
+    def step(self) -> bool:
+        w = self.work
+        w.opt.zero_grad(set_to_none=True)
+        loss = w.loss_fn(w.model(w.inputs), w.targets)
+        loss.backward()
+        for name, p in w.model.named_parameters():
+            if p.grad is not None:
+                self.log[name] = p.grad.norm().item()
+        w.opt.step()
+        return False
+
+
+class WatchRunner(PlainRunner):
+    """One `leaky.watch` open from setup to close; a step is heavy if it was sampled."""
+
+    def __init__(self, work: Workload, every: int, store: str, **_) -> None:
+        super().__init__(work)
+        self.every = every
+        self.store = store
+        self.run = None
+
+    def setup(self) -> None:
+        self.run = leaky.watch(every=self.every, store=self.store).__enter__()
+
+    def step(self) -> bool:
+        before = self.run.recorder.steps_done     # count of sampled (folded) steps
+        self.work.step()
+        return self.run.recorder.steps_done != before
+
+    def close(self) -> dict:
+        start = time.perf_counter()
+        self.run.__exit__(None, None, None)
+        exit_s = time.perf_counter() - start
+        info = {"exit_s": exit_s, "sampled": self.run.stats.steps, "error": self.run.recorder.error}
+        try:
+            info["findings"] = sorted({f.code for f in self.run.findings})
+        except Exception:
+            info["findings_error"] = traceback.format_exc()
+        try:
+            from leaky.store import Store
+            with Store(self.store) as store:
+                run = store.run(self.run.run_id)
+                info["store"] = {"status": run.get("status"), "steps": len(store.steps(self.run.run_id)),
+                                 "module_stat_steps": len({r["step"] for r in store.module_stats(self.run.run_id)}),
+                                 "findings": len(store.findings(self.run.run_id))}
+        except Exception:
+            info["store_error"] = traceback.format_exc()
+        return info
+
+
+def _import_cockpit():
+    """Import Cockpit. Its __init__ still imports pkg_resources (gone from setuptools >= 81)
+    only to read its own version: if that import is all that fails, stand in a stub."""
+    try:
+        import pkg_resources  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("pkg_resources")
+
+        class DistributionNotFound(Exception):
+            pass
+
+        def get_distribution(name):
+            raise DistributionNotFound(name)
+
+        stub.DistributionNotFound, stub.get_distribution = DistributionNotFound, get_distribution
+        sys.modules["pkg_resources"] = stub
+    import backpack
+    import cockpit
+    from cockpit.utils import schedules
+    from cockpit.utils.configuration import configuration
+    return backpack, cockpit, schedules, configuration
+
+
+# Cockpit needs module losses (extended by BackPACK) and the per-sample losses.
+COCKPIT_LOSSES = {"mlp": nn.CrossEntropyLoss, "cnn": nn.CrossEntropyLoss, "lstm": nn.MSELoss,
+                  "transformer": nn.CrossEntropyLoss}
+
+
+class CockpitRunner(PlainRunner):
+    """Cockpit's documented loop: extend() model and loss, individual losses with
+    reduction="none", `with cockpit(global_step, info=...)` around backward."""
+
+    def __init__(self, work: Workload, model_name: str, interval: int | None, max_gb: float, **_) -> None:
+        super().__init__(work)
+        self.name = model_name
+        self.interval = interval
+        self.max_gb = max_gb
+
+    def setup(self) -> None:
+        backpack, cockpit, schedules, configuration = _import_cockpit()
+        w = self.work
+        if self.name not in COCKPIT_LOSSES:
+            raise Skip(f"no Cockpit loss set up for model {self.name}")
+        n_params = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
+        batch = w.inputs.shape[0]
+        gb = batch * n_params * 4 / 2**30
+        if gb > self.max_gb:
+            raise Skip(f"Cockpit economy needs per-sample gradients: batch {batch} x {n_params / 1e6:.2f}M "
+                       f"parameters = {gb:.1f} GB (over --cockpit-max-gb {self.max_gb:g}); not run")
+        self.schedule = schedules.linear(interval=self.interval or 1)
+        self.cockpit = cockpit.Cockpit(w.model.parameters(),
+                                       quantities=configuration("economy", track_schedule=self.schedule))
+        unsupported = _unsupported(w.model, self.cockpit._get_extensions(0))
+        if unsupported:
+            raise Skip(f"Cockpit/BackPACK does not support {', '.join(unsupported)}")
+        self.model = backpack.extend(w.model)
+        self.loss_fn = backpack.extend(COCKPIT_LOSSES[self.name]())
+        self.individual_loss_fn = COCKPIT_LOSSES[self.name](reduction="none")
+        self.global_step = 0
+
+    def step(self) -> bool:
+        w, cp, step = self.work, self.cockpit, self.global_step
+        w.opt.zero_grad(set_to_none=True)
+        out = self.model(w.inputs)
+        loss = self.loss_fn(out, w.targets)
+        losses = self.individual_loss_fn(out, w.targets).detach()
+        with cp(step, info={"batch_size": w.inputs.shape[0], "individual_losses": losses, "loss": loss,
+                            "optimizer": w.opt}):
+            loss.backward(create_graph=cp.create_graph(step))
+        w.opt.step()
+        self.global_step += 1
+        return self.interval is not None and self.schedule(step)
+
+    def close(self) -> dict:
+        return {"tracked": len(self.cockpit.get_output())}
+
+
+def _unsupported(model: nn.Module, extensions) -> list[str]:
+    """Modules holding parameters directly that one of the BackPACK extensions cannot handle."""
+    found = []
+    for _, module in model.named_modules():
+        own = [n for n, p in module.named_parameters(recurse=False) if p.requires_grad]
+        if not own:
+            continue
+        for ext in extensions:
+            table = getattr(ext, "_BackpropExtension__module_extensions", None)
+            if table is not None and type(module) not in table:
+                label = type(module).__name__
+                if list(module.children()):     # a container that holds a bare nn.Parameter
+                    label += f" (its own parameter{'s' if len(own) > 1 else ''} {', '.join(own)})"
+                if label not in found:
+                    found.append(label)
+                break
+    return found
+
+
+def make_runner(mode: str, work: Workload, model_name: str, store: str, max_gb: float):
+    if mode == "plain":
+        return PlainRunner(work)
+    if mode == "naive-item":
+        return NaiveRunner(work)
+    if mode == "watch-default":
+        return WatchRunner(work, every=DEFAULT_EVERY, store=store)
+    if mode == "watch-every-1":
+        return WatchRunner(work, every=1, store=store)
+    if mode == "cockpit-economy":
+        return CockpitRunner(work, model_name=model_name, interval=None, max_gb=max_gb)
+    if mode == "cockpit-economy-16":
+        return CockpitRunner(work, model_name=model_name, interval=16, max_gb=max_gb)
+    raise ValueError(mode)
+
+
+def worker(conn, model_name: str, mode: str, quick: bool, seed: int, threads: int, store: str,
+           max_gb: float) -> None:
+    """Build the workload, open the mode's context, then run blocks of steps on request."""
+    try:
+        torch.set_num_threads(threads)
+        warnings.filterwarnings("ignore")        # Cockpit/BackPACK warn on every tracked step
+        torch.manual_seed(seed)
+        runner = make_runner(mode, BUILDERS[model_name](quick), model_name, store, max_gb)
+        runner.setup()
+    except Skip as why:
+        conn.send(("skip", str(why)))
+        return
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ready", None))
+    while True:
+        command, n = conn.recv()
+        if command == "close":
+            try:
+                conn.send(("ok", runner.close()))
+            except Exception:
+                conn.send(("error", traceback.format_exc()))
+            return
+        try:
+            times, heavy = [], []
+            for _ in range(n):
+                start = time.perf_counter()
+                heavy.append(runner.step())
+                times.append(time.perf_counter() - start)
+            conn.send(("ok", (times, heavy)))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
+            return
+
+
+# -- the main process: start workers, warm up, interleave rounds ---------------------------
+class Worker:
+    def __init__(self, ctx, model_name: str, mode: str, args: argparse.Namespace, store: str) -> None:
+        self.mode = mode
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker, daemon=True,
+                                args=(child, model_name, mode, args.quick, args.seed, args.threads, store,
+                                      args.cockpit_max_gb))
+        self.proc.start()
+        child.close()
+
+    def ask(self, command: str, n: int = 0):
+        self.conn.send((command, n))
+        return self.answer()
+
+    def answer(self):
+        try:
+            return self.conn.recv()
+        except EOFError:
+            self.proc.join(5)
+            return "error", f"worker process died (exit code {self.proc.exitcode}; killed for memory?)\n"
+
+    def stop(self) -> None:
+        self.conn.close()
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+@dataclass
+class ModeResult:
+    ms: float = float("nan")          # amortized ms per step (median-based)
+    ratio: float = float("nan")       # amortized ratio to plain
+    total_ratio: float = float("nan")  # mean step / mean plain step over all timed steps
+    mark: str = ""                    # "~" estimated from warm-up, "*" heavy steps from warm-up
+    block: int = 0                    # steps per timed block
+    timed: int = 0                    # steps timed in rounds
+    heavy_timed: int = 0
+    heavy_ms: float = float("nan")    # median heavy step
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    model: str
+    plain_ms: float
+    modes: dict[str, ModeResult]      # absent: skipped
+    notes: list[str]
+
+
+def _fail(name: str, mode: str, text: str, when: str, notes: list[str]) -> None:
+    print(f"\n[{name}] mode '{mode}' failed {when}; skipping it for this model:\n{text}", file=sys.stderr)
+    notes.append(f"{name}/{mode}: failed {when} (traceback above); skipped")
+    if mode == "plain":
+        raise RuntimeError(f"plain training failed on {name}")
+
+
+def bench_model(name: str, modes: list[str], args: argparse.Namespace, store_dir: str, ctx) -> Result:
+    notes: list[str] = []
+    workers = {m: Worker(ctx, name, m, args, os.path.join(store_dir, f"{name}-{m}.db")) for m in modes}
+    live: list[str] = []
+    for mode, w in workers.items():                  # all import and build in parallel
+        status, payload = w.answer()
+        if status == "ready":
+            live.append(mode)
+            continue
+        if status == "skip":
+            notes.append(f"{name}/{mode}: {payload}")
+        else:
+            _fail(name, mode, payload, "while setting up", notes)
+        w.stop()
+
+    # Warm-up, one worker at a time, a step at a time (to stop a very slow mode early).
+    warm: dict[str, tuple[list[float], list[bool]]] = {}
+    slow: list[str] = []
+    for mode in list(live):
+        times, heavy = [], []
+        for _ in range(args.warmup):
+            status, payload = workers[mode].ask("steps", 1)
+            if status != "ok":
+                _fail(name, mode, payload, "during warm-up", notes)
+                live.remove(mode)
+                workers[mode].stop()
+                break
+            times += payload[0]
+            heavy += payload[1]
+            if payload[0][0] > args.max_step_s and mode != "plain":
+                if mode not in slow:
+                    slow.append(mode)
+                if mode not in PERIOD:
+                    break          # a uniform mode: one step says enough
+        else:
+            warm[mode] = (times, heavy)
+        if mode in slow and mode in live:
+            warm[mode] = (times, heavy)
+    if "plain" not in live:
+        raise RuntimeError(f"plain training failed on {name}")
+    plain_warm = statistics.median(warm["plain"][0])
+
+    results: dict[str, ModeResult] = {}
+    for mode in slow:                                 # estimated from the warm-up, then let go
+        times, heavy = warm[mode]
+        est = _amortize(mode, [t for t, h in zip(times, heavy) if not h], [t for t, h in zip(times, heavy) if h])
+        results[mode] = ModeResult(ms=1e3 * est, ratio=est / plain_warm, mark="~", info={"warm": times})
+        biggest = max(times)
+        notes.append(f"{name}/{mode}: a warm-up step took {biggest:.1f} s (over --max-step-s {args.max_step_s:g}); "
+                     f"not timed in rounds, estimated from {len(times)} warm-up step(s): "
+                     f"~{est * 1e3:.0f} ms/step, ~{est / plain_warm:.0f}x")
+        live.remove(mode)
+        workers[mode].ask("close")
+        workers[mode].stop()
+
+    block = {}
+    for mode in live:
+        per_step = statistics.median(warm[mode][0])
+        block[mode] = args.steps
+        if mode != "plain" and mode not in PERIOD and per_step > 2 * plain_warm:
+            block[mode] = max(1, min(args.steps, round(2 * args.steps * plain_warm / per_step)))
+
+    times: dict[str, list[list[float]]] = {m: [] for m in live}
+    heavy: dict[str, list[list[bool]]] = {m: [] for m in live}
+    for _ in range(args.rounds):
+        for mode in list(live):
+            status, payload = workers[mode].ask("steps", block[mode])
+            if status != "ok":
+                _fail(name, mode, payload, "while timed", notes)
+                live.remove(mode)
+                times.pop(mode)
+                workers[mode].stop()
+                continue
+            times[mode].append(payload[0])
+            heavy[mode].append(payload[1])
+
+    for mode in live:
+        status, payload = workers[mode].ask("close")
+        info = payload if status == "ok" else {"close_error": payload}
+        if status != "ok":
+            print(f"\n[{name}] closing mode '{mode}' failed:\n{payload}", file=sys.stderr)
+            notes.append(f"{name}/{mode}: closing failed (traceback above)")
+        workers[mode].stop()
+        if mode in times:
+            results[mode] = _summarize(mode, times[mode], heavy[mode], times["plain"], warm[mode], info)
+            results[mode].block = block[mode]
+    for w in workers.values():
+        w.stop()
+    plain_ms = results["plain"].ms
+    return Result(name, plain_ms, results, notes)
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def _amortize(mode: str, light: list[float], heavy: list[float]) -> float:
+    """Seconds per step with heavy steps in their proportion (1 in PERIOD[mode])."""
+    if mode not in PERIOD or not heavy:
+        return statistics.median(light or heavy)
+    if not light:
+        return statistics.median(heavy)
+    p = PERIOD[mode]
+    return ((p - 1) * statistics.median(light) + statistics.median(heavy)) / p
+
+
+def _summarize(mode: str, rounds: list[list[float]], rounds_heavy: list[list[bool]],
+               plain: list[list[float]], warm: tuple[list[float], list[bool]], info: dict) -> ModeResult:
+    plain_means = [_mean(r) for r in plain]
+    all_steps = [t for r in rounds for t in r]
+    total_ratio = _mean(all_steps) / _mean([t for r in plain for t in r])
+    res = ModeResult(total_ratio=total_ratio, timed=len(all_steps), info=info)
+    if mode not in PERIOD:
+        res.ms = 1e3 * statistics.median(_mean(r) for r in rounds)
+        res.ratio = statistics.median(_mean(r) / p for r, p in zip(rounds, plain_means))
+        return res
+    light_ms, light_ratio, heavy_s, heavy_ratio = [], [], [], []
+    for r, h, p in zip(rounds, rounds_heavy, plain_means):
+        light = [t for t, is_heavy in zip(r, h) if not is_heavy]
+        if light:
+            light_ms.append(_mean(light))
+            light_ratio.append(_mean(light) / p)
+        for t, is_heavy in zip(r, h):
+            if is_heavy:
+                heavy_s.append(t)
+                heavy_ratio.append(t / p)
+    res.heavy_timed = len(heavy_s)
+    if not heavy_s:      # none among the timed steps: take the warm-up's (includes first-step setup)
+        warm_heavy = [t for t, is_heavy in zip(*warm) if is_heavy]
+        if warm_heavy:
+            res.mark = "*"
+            heavy_s = warm_heavy
+            heavy_ratio = [t / statistics.median(plain_means) for t in warm_heavy]
+    p = PERIOD[mode]
+    r_light = statistics.median(light_ratio)
+    ms_light = statistics.median(light_ms)
+    if heavy_s:
+        res.heavy_ms = 1e3 * statistics.median(heavy_s)
+        res.ratio = ((p - 1) * r_light + statistics.median(heavy_ratio)) / p
+        res.ms = 1e3 * ((p - 1) * ms_light + statistics.median(heavy_s)) / p
+    else:
+        res.mark = "?"   # no heavy step seen at all: light steps only
+        res.ratio, res.ms = r_light, 1e3 * ms_light
+    return res
+
+
+# -- output ---------------------------------------------------------------------------
+def _ratio_cell(r: Result, mode: str) -> str:
+    m = r.modes.get(mode)
+    if m is None:
+        return "skipped"
+    if m.ratio >= 20:
+        return f"{m.mark}{m.ratio:.0f}x" if m.mark == "~" else f"{m.ratio:.0f}x{m.mark}"
+    return f"{m.mark}{m.ratio:.2f}x" if m.mark == "~" else f"{m.ratio:.2f}x{m.mark}"
+
+
+def summary_rows(results: list[Result], modes: list[str]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    header = ("model", "plain ms/step", *[f"{m} ratio" for m in modes if m != "plain"])
+    body = [(r.model, f"{r.plain_ms:.1f}", *[_ratio_cell(r, m) for m in modes if m != "plain"]) for r in results]
+    return header, body
+
+
+def detail_rows(results: list[Result], modes: list[str]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    header = ("model", "mode", "ms/step", "ratio", "all-steps ratio", "steps/block", "steps timed",
+              "heavy steps timed", "heavy step ms", "exit ms (once)")
+    body = []
+    for r in results:
+        for mode in modes:
+            m = r.modes.get(mode)
+            if m is None:
+                body.append((r.model, mode, "skipped", "", "", "", "", "", "", ""))
+                continue
+            est = m.mark == "~"
+            exit_s = m.info.get("exit_s")
+            body.append((r.model, mode, f"{m.ms:.1f}", _ratio_cell(r, mode),
+                         "" if est else f"{m.total_ratio:.3f}x", "" if est else str(m.block),
+                         "0 (est.)" if est else str(m.timed),
+                         str(m.heavy_timed) if mode in PERIOD and not est else "",
+                         f"{m.heavy_ms:.1f}" if mode in PERIOD and not math.isnan(m.heavy_ms) else "",
+                         f"{1e3 * exit_s:.1f}" if exit_s is not None else ""))
+    return header, body
+
+
+def print_table(header, body, markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join(["---"] * (2 if header[1] == "mode" else 1)
+                             + ["---:"] * (len(header) - (2 if header[1] == "mode" else 1))) + "|")
+        for row in body:
+            print("| " + " | ".join(row) + " |")
+        return
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
+    left = 2 if header[1] == "mode" else 1
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    print(line(header))
+    print("  ".join("-" * w for w in widths))
+    for row in body:
+        print(line(row))
+
+
+def watch_notes(results: list[Result]) -> list[str]:
+    """What each watch recorded: a check that it really observed (no internal error)."""
+    out = []
+    for r in results:
+        for mode in ("watch-default", "watch-every-1"):
+            m = r.modes.get(mode)
+            if m is None or not m.info:
+                continue
+            i = m.info
+            store = i.get("store", {})
+            text = (f"{r.model}/{mode}: {i.get('sampled')} sampled step(s); store: run {store.get('status')}, "
+                    f"{store.get('steps')} step rows, module stats at {store.get('module_stat_steps')} step(s), "
+                    f"{store.get('findings')} finding row(s); findings: {', '.join(i.get('findings') or []) or 'none'}")
+            if i.get("error"):
+                text += f"; LEAKY INTERNAL ERROR: {i['error']}"
+            for key in ("findings_error", "store_error", "close_error"):
+                if i.get(key):
+                    text += f"; {key}: {i[key].strip().splitlines()[-1]}"
+            out.append(text)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(BUILDERS),
+                   help=f"comma-separated subset of {','.join(BUILDERS)} (default: all)")
+    p.add_argument("--modes", default=",".join(MODES[1:]),
+                   help=f"comma-separated subset of {','.join(MODES[1:])} (plain always runs)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 10; 4 with --quick)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps per timed block (default 10; 5 with --quick); rounds x steps >= "
+                        f"{DEFAULT_EVERY} puts a sampled step of watch-default among the timed ones")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps per mode (default 3; 2 with --quick)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads(N) in each worker (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-step-s", type=float, default=2.0,
+                   help="a mode whose warm-up step takes longer is estimated, not timed (default 2)")
+    p.add_argument("--cockpit-max-gb", type=float, default=1.0,
+                   help="skip Cockpit where per-sample gradients would exceed this many GB (default 1)")
+    p.add_argument("--quick", action="store_true", help="smaller models and fewer rounds, for a smoke run")
+    p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    args = p.parse_args(argv)
+    args.rounds = args.rounds or (4 if args.quick else 10)
+    args.steps = args.steps or (5 if args.quick else 10)
+    args.warmup = args.warmup or (2 if args.quick else 3)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BUILDERS]
+    if unknown or not names:
+        p.error(f"unknown model(s) {unknown}; choose from {','.join(BUILDERS)}")
+    args.models = names
+    modes = [m.strip() for m in args.modes.split(",") if m.strip() and m.strip() != "plain"]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        p.error(f"unknown mode(s) {bad}; choose from {','.join(MODES[1:])}")
+    args.modes = ["plain"] + [m for m in MODES if m in modes]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    modes = list(args.modes)
+    notes: list[str] = []
+    missing = [pkg for pkg in ("cockpit", "backpack") if importlib.util.find_spec(pkg) is None]
+    if missing and any(m in modes for m in COCKPIT_MODES):
+        notes.append(f"Cockpit modes skipped: {' and '.join(missing)} not installed "
+                     "(pip install cockpit-for-pytorch backpack-for-pytorch)")
+        modes = [m for m in modes if m not in COCKPIT_MODES]
+    print(f"torch {torch.__version__}, leaky {leaky.__version__}, threads {args.threads} per worker, "
+          f"rounds {args.rounds}, steps/block {args.steps}, warm-up {args.warmup}, "
+          f"DEFAULT_EVERY {DEFAULT_EVERY}{', quick' if args.quick else ''}", flush=True)
+    print("targets: " + ", ".join(f"{m} <= {t:g}x" for m, t in TARGETS.items()), flush=True)
+    if args.rounds * args.steps < DEFAULT_EVERY and "watch-default" in modes:
+        print(f"note: rounds x steps = {args.rounds * args.steps} < {DEFAULT_EVERY}: no sampled step of "
+              "watch-default will be timed; its sampled-step cost comes from the warm-up ('*')", flush=True)
+    ctx = mp.get_context("spawn")
+    store_dir = tempfile.mkdtemp(prefix="leaky-watch-bench-")
+    results = []
+    try:
+        for name in args.models:
+            t0 = time.perf_counter()
+            results.append(bench_model(name, modes, args, store_dir, ctx))
+            print(f"  {name}: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
+    print()
+    print_table(*summary_rows(results, modes), args.markdown)
+    print()
+    print_table(*detail_rows(results, modes), args.markdown)
+    marks = {m.mark for r in results for m in r.modes.values()}
+    if "~" in marks:
+        print("\n~ estimated from warm-up steps (not interleaved; the first step includes one-time setup)")
+    if "*" in marks:
+        print("* no heavy step among the timed steps: the heavy-step cost is from the warm-up (first-step setup)")
+    if "?" in marks:
+        print("? no heavy step seen at all: light steps only")
+    all_notes = notes + [n for r in results for n in r.notes] + watch_notes(results)
+    if all_notes:
+        print("\nnotes:")
+        for note in all_notes:
+            print(f"  - {note}")
+    print()
+    for mode, target in TARGETS.items():
+        over = [r.model for r in results if mode in r.modes and r.modes[mode].ratio > target]
+        measured = [r.model for r in results if mode in r.modes]
+        if not measured:
+            continue
+        verdict = f"above target on {', '.join(over)}" if over else "within target on all"
+        print(f"{mode}: target <= {target:g}x: {verdict} ({len(measured)} model(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
