@@ -84,7 +84,7 @@ from leaky.watch import DEFAULT_EVERY  # noqa: E402
 TARGETS = {"watch-default": 1.02, "watch-every-1": 1.15}
 MODES = ("plain", "watch-default", "watch-every-1", "cockpit-economy", "cockpit-economy-16", "naive-item")
 COCKPIT_MODES = ("cockpit-economy", "cockpit-economy-16")
-PERIOD = {"watch-default": DEFAULT_EVERY, "cockpit-economy-16": 16}   # one heavy step in P
+PERIODIC = ("watch-default", "cockpit-economy-16")   # modes whose heavy steps recur (sampled, tracked)
 
 
 class Skip(Exception):
@@ -93,6 +93,8 @@ class Skip(Exception):
 
 # -- the modes, run inside a worker process -----------------------------------------------
 class PlainRunner:
+    heavy_fraction = 0.0     # share of steps that are heavy (sampled, tracked) in a long run
+
     def __init__(self, work: Workload, **_) -> None:
         self.work = work
 
@@ -134,6 +136,7 @@ class WatchRunner(PlainRunner):
         self.every = every
         self.store = store
         self.run = None
+        self.heavy_fraction = 1 / every
 
     def setup(self) -> None:
         self.run = leaky.watch(every=self.every, store=self.store).__enter__()
@@ -219,6 +222,9 @@ class CockpitRunner(PlainRunner):
         unsupported = _unsupported(w.model, self.cockpit._get_extensions(0))
         if unsupported:
             raise Skip(f"Cockpit/BackPACK does not support {', '.join(unsupported)}")
+        # A tracked step s also makes some quantities (Alpha, Distance, UpdateSize) work at
+        # step s + 1: every step where any quantity computes is a heavy one.
+        self.heavy_fraction = statistics.mean(self._heavy(s) for s in range(16, 16 + 64 * 16))
         self.model = backpack.extend(w.model)
         self.loss_fn = backpack.extend(COCKPIT_LOSSES[self.name]())
         self.individual_loss_fn = COCKPIT_LOSSES[self.name](reduction="none")
@@ -235,7 +241,10 @@ class CockpitRunner(PlainRunner):
             loss.backward(create_graph=cp.create_graph(step))
         w.opt.step()
         self.global_step += 1
-        return self.interval is not None and self.schedule(step)
+        return self.interval is not None and self._heavy(step)
+
+    def _heavy(self, step: int) -> bool:
+        return any(q.should_compute(step) for q in self.cockpit.quantities)
 
     def close(self) -> dict:
         return {"tracked": len(self.cockpit.get_output())}
@@ -276,56 +285,63 @@ def make_runner(mode: str, work: Workload, model_name: str, store: str, max_gb: 
     raise ValueError(mode)
 
 
-def worker(conn, model_name: str, mode: str, quick: bool, seed: int, threads: int, store: str,
-           max_gb: float) -> None:
-    """Build the workload, open the mode's context, then run blocks of steps on request."""
-    try:
-        torch.set_num_threads(threads)
-        warnings.filterwarnings("ignore")        # Cockpit/BackPACK warn on every tracked step
-        torch.manual_seed(seed)
-        runner = make_runner(mode, BUILDERS[model_name](quick), model_name, store, max_gb)
-        runner.setup()
-    except Skip as why:
-        conn.send(("skip", str(why)))
-        return
-    except Exception:
-        conn.send(("error", traceback.format_exc()))
-        return
-    conn.send(("ready", None))
+def worker(conn, mode: str, quick: bool, seed: int, threads: int, max_gb: float) -> None:
+    """One process per mode, for the whole run. Requests, answered in order:
+    ("model", (name, store)) builds that workload and opens the mode's context;
+    ("steps", n) times n steps; ("close", None) closes the context; ("exit", None)."""
+    torch.set_num_threads(threads)
+    warnings.filterwarnings("ignore")        # Cockpit/BackPACK warn on every tracked step
+    runner = None
     while True:
-        command, n = conn.recv()
-        if command == "close":
-            try:
-                conn.send(("ok", runner.close()))
-            except Exception:
-                conn.send(("error", traceback.format_exc()))
+        command, arg = conn.recv()
+        if command == "exit":
             return
         try:
-            times, heavy = [], []
-            for _ in range(n):
-                start = time.perf_counter()
-                heavy.append(runner.step())
-                times.append(time.perf_counter() - start)
-            conn.send(("ok", (times, heavy)))
+            if command == "model":
+                runner = None
+                name, store = arg
+                torch.manual_seed(seed)
+                runner = make_runner(mode, BUILDERS[name](quick), name, store, max_gb)
+                runner.setup()
+                conn.send(("ready", runner.heavy_fraction))
+            elif command == "close":
+                current, runner = runner, None
+                conn.send(("ok", current.close()))
+            else:
+                times, heavy = [], []
+                for _ in range(arg):
+                    start = time.perf_counter()
+                    heavy.append(runner.step())
+                    times.append(time.perf_counter() - start)
+                conn.send(("ok", (times, heavy)))
+        except Skip as why:
+            runner = None
+            conn.send(("skip", str(why)))
         except Exception:
             conn.send(("error", traceback.format_exc()))
-            return
 
 
 # -- the main process: start workers, warm up, interleave rounds ---------------------------
 class Worker:
-    def __init__(self, ctx, model_name: str, mode: str, args: argparse.Namespace, store: str) -> None:
-        self.mode = mode
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker, daemon=True,
-                                args=(child, model_name, mode, args.quick, args.seed, args.threads, store,
-                                      args.cockpit_max_gb))
+    """The main process's end of one mode's worker; restarted if it died."""
+
+    def __init__(self, ctx, mode: str, args: argparse.Namespace) -> None:
+        self.ctx, self.mode, self.args = ctx, mode, args
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        self.conn, child = self.ctx.Pipe()
+        a = self.args
+        self.proc = self.ctx.Process(target=worker, daemon=True,
+                                     args=(child, self.mode, a.quick, a.seed, a.threads, a.cockpit_max_gb))
         self.proc.start()
         child.close()
 
-    def ask(self, command: str, n: int = 0):
-        self.conn.send((command, n))
-        return self.answer()
+    def send(self, command: str, arg=None) -> None:
+        if not self.proc.is_alive():
+            self.start()
+        self.conn.send((command, arg))
 
     def answer(self):
         try:
@@ -334,8 +350,15 @@ class Worker:
             self.proc.join(5)
             return "error", f"worker process died (exit code {self.proc.exitcode}; killed for memory?)\n"
 
+    def ask(self, command: str, arg=None):
+        self.send(command, arg)
+        return self.answer()
+
     def stop(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.send(("exit", None))
+        except (OSError, BrokenPipeError):
+            pass
         self.proc.join(10)
         if self.proc.is_alive():
             self.proc.kill()
@@ -351,6 +374,7 @@ class ModeResult:
     block: int = 0                    # steps per timed block
     timed: int = 0                    # steps timed in rounds
     heavy_timed: int = 0
+    fraction: float = 0.0             # share of heavy steps in a long run
     heavy_ms: float = float("nan")    # median heavy step
     info: dict = field(default_factory=dict)
 
@@ -370,22 +394,25 @@ def _fail(name: str, mode: str, text: str, when: str, notes: list[str]) -> None:
         raise RuntimeError(f"plain training failed on {name}")
 
 
-def bench_model(name: str, modes: list[str], args: argparse.Namespace, store_dir: str, ctx) -> Result:
+def bench_model(name: str, workers: dict[str, Worker], args: argparse.Namespace, store_dir: str) -> Result:
     notes: list[str] = []
-    workers = {m: Worker(ctx, name, m, args, os.path.join(store_dir, f"{name}-{m}.db")) for m in modes}
+    t0 = time.perf_counter()
+    for mode, w in workers.items():                  # all build in parallel
+        w.send("model", (name, os.path.join(store_dir, f"{name}-{mode}.db")))
     live: list[str] = []
-    for mode, w in workers.items():                  # all import and build in parallel
+    fraction: dict[str, float] = {}                 # share of heavy steps, as the worker reports it
+    for mode, w in workers.items():
         status, payload = w.answer()
         if status == "ready":
             live.append(mode)
-            continue
-        if status == "skip":
+            fraction[mode] = payload
+        elif status == "skip":
             notes.append(f"{name}/{mode}: {payload}")
         else:
             _fail(name, mode, payload, "while setting up", notes)
-        w.stop()
 
     # Warm-up, one worker at a time, a step at a time (to stop a very slow mode early).
+    t1 = time.perf_counter()
     warm: dict[str, tuple[list[float], list[bool]]] = {}
     slow: list[str] = []
     for mode in list(live):
@@ -395,18 +422,16 @@ def bench_model(name: str, modes: list[str], args: argparse.Namespace, store_dir
             if status != "ok":
                 _fail(name, mode, payload, "during warm-up", notes)
                 live.remove(mode)
-                workers[mode].stop()
+                workers[mode].ask("close")
                 break
             times += payload[0]
             heavy += payload[1]
             if payload[0][0] > args.max_step_s and mode != "plain":
                 if mode not in slow:
                     slow.append(mode)
-                if mode not in PERIOD:
+                if mode not in PERIODIC:
                     break          # a uniform mode: one step says enough
-        else:
-            warm[mode] = (times, heavy)
-        if mode in slow and mode in live:
+        if mode in live:
             warm[mode] = (times, heavy)
     if "plain" not in live:
         raise RuntimeError(f"plain training failed on {name}")
@@ -415,23 +440,24 @@ def bench_model(name: str, modes: list[str], args: argparse.Namespace, store_dir
     results: dict[str, ModeResult] = {}
     for mode in slow:                                 # estimated from the warm-up, then let go
         times, heavy = warm[mode]
-        est = _amortize(mode, [t for t, h in zip(times, heavy) if not h], [t for t, h in zip(times, heavy) if h])
-        results[mode] = ModeResult(ms=1e3 * est, ratio=est / plain_warm, mark="~", info={"warm": times})
-        biggest = max(times)
-        notes.append(f"{name}/{mode}: a warm-up step took {biggest:.1f} s (over --max-step-s {args.max_step_s:g}); "
-                     f"not timed in rounds, estimated from {len(times)} warm-up step(s): "
+        est = _amortize(fraction[mode], [t for t, h in zip(times, heavy) if not h],
+                        [t for t, h in zip(times, heavy) if h])
+        results[mode] = ModeResult(ms=1e3 * est, ratio=est / plain_warm, mark="~", info={"warm": times},
+                                   fraction=fraction[mode])
+        notes.append(f"{name}/{mode}: a warm-up step took {max(times):.1f} s (over --max-step-s "
+                     f"{args.max_step_s:g}); not timed in rounds, estimated from {len(times)} warm-up step(s): "
                      f"~{est * 1e3:.0f} ms/step, ~{est / plain_warm:.0f}x")
         live.remove(mode)
         workers[mode].ask("close")
-        workers[mode].stop()
 
     block = {}
     for mode in live:
         per_step = statistics.median(warm[mode][0])
         block[mode] = args.steps
-        if mode != "plain" and mode not in PERIOD and per_step > 2 * plain_warm:
+        if mode != "plain" and mode not in PERIODIC and per_step > 2 * plain_warm:
             block[mode] = max(1, min(args.steps, round(2 * args.steps * plain_warm / per_step)))
 
+    t2 = time.perf_counter()
     times: dict[str, list[list[float]]] = {m: [] for m in live}
     heavy: dict[str, list[list[bool]]] = {m: [] for m in live}
     for _ in range(args.rounds):
@@ -441,48 +467,44 @@ def bench_model(name: str, modes: list[str], args: argparse.Namespace, store_dir
                 _fail(name, mode, payload, "while timed", notes)
                 live.remove(mode)
                 times.pop(mode)
-                workers[mode].stop()
+                workers[mode].ask("close")
                 continue
             times[mode].append(payload[0])
             heavy[mode].append(payload[1])
 
+    t3 = time.perf_counter()
     for mode in live:
         status, payload = workers[mode].ask("close")
         info = payload if status == "ok" else {"close_error": payload}
         if status != "ok":
             print(f"\n[{name}] closing mode '{mode}' failed:\n{payload}", file=sys.stderr)
             notes.append(f"{name}/{mode}: closing failed (traceback above)")
-        workers[mode].stop()
-        if mode in times:
-            results[mode] = _summarize(mode, times[mode], heavy[mode], times["plain"], warm[mode], info)
-            results[mode].block = block[mode]
-    for w in workers.values():
-        w.stop()
-    plain_ms = results["plain"].ms
-    return Result(name, plain_ms, results, notes)
+        results[mode] = _summarize(mode, fraction[mode], times[mode], heavy[mode], times["plain"], warm[mode],
+                                   info)
+        results[mode].block = block[mode]
+    print(f"  {name}: set-up {t1 - t0:.1f}s, warm-up {t2 - t1:.1f}s, rounds {t3 - t2:.1f}s",
+          file=sys.stderr, flush=True)
+    return Result(name, results["plain"].ms, results, notes)
 
 
 def _mean(xs):
     return sum(xs) / len(xs)
 
 
-def _amortize(mode: str, light: list[float], heavy: list[float]) -> float:
-    """Seconds per step with heavy steps in their proportion (1 in PERIOD[mode])."""
-    if mode not in PERIOD or not heavy:
+def _amortize(f: float, light: list[float], heavy: list[float]) -> float:
+    """Seconds per step with heavy steps in their share f of a long run."""
+    if not heavy or not light:
         return statistics.median(light or heavy)
-    if not light:
-        return statistics.median(heavy)
-    p = PERIOD[mode]
-    return ((p - 1) * statistics.median(light) + statistics.median(heavy)) / p
+    return (1 - f) * statistics.median(light) + f * _mean(heavy)
 
 
-def _summarize(mode: str, rounds: list[list[float]], rounds_heavy: list[list[bool]],
+def _summarize(mode: str, f: float, rounds: list[list[float]], rounds_heavy: list[list[bool]],
                plain: list[list[float]], warm: tuple[list[float], list[bool]], info: dict) -> ModeResult:
     plain_means = [_mean(r) for r in plain]
     all_steps = [t for r in rounds for t in r]
     total_ratio = _mean(all_steps) / _mean([t for r in plain for t in r])
-    res = ModeResult(total_ratio=total_ratio, timed=len(all_steps), info=info)
-    if mode not in PERIOD:
+    res = ModeResult(total_ratio=total_ratio, timed=len(all_steps), info=info, fraction=f)
+    if mode not in PERIODIC:
         res.ms = 1e3 * statistics.median(_mean(r) for r in rounds)
         res.ratio = statistics.median(_mean(r) / p for r, p in zip(rounds, plain_means))
         return res
@@ -503,13 +525,12 @@ def _summarize(mode: str, rounds: list[list[float]], rounds_heavy: list[list[boo
             res.mark = "*"
             heavy_s = warm_heavy
             heavy_ratio = [t / statistics.median(plain_means) for t in warm_heavy]
-    p = PERIOD[mode]
     r_light = statistics.median(light_ratio)
     ms_light = statistics.median(light_ms)
-    if heavy_s:
-        res.heavy_ms = 1e3 * statistics.median(heavy_s)
-        res.ratio = ((p - 1) * r_light + statistics.median(heavy_ratio)) / p
-        res.ms = 1e3 * ((p - 1) * ms_light + statistics.median(heavy_s)) / p
+    if heavy_s:       # the heavy steps' mean: they may be of more than one kind (Cockpit)
+        res.heavy_ms = 1e3 * _mean(heavy_s)
+        res.ratio = (1 - f) * r_light + f * _mean(heavy_ratio)
+        res.ms = 1e3 * ((1 - f) * ms_light + f * _mean(heavy_s))
     else:
         res.mark = "?"   # no heavy step seen at all: light steps only
         res.ratio, res.ms = r_light, 1e3 * ms_light
@@ -534,21 +555,22 @@ def summary_rows(results: list[Result], modes: list[str]) -> tuple[tuple[str, ..
 
 def detail_rows(results: list[Result], modes: list[str]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     header = ("model", "mode", "ms/step", "ratio", "all-steps ratio", "steps/block", "steps timed",
-              "heavy steps timed", "heavy step ms", "exit ms (once)")
+              "heavy share", "heavy steps timed", "heavy step ms", "exit ms (once)")
     body = []
     for r in results:
         for mode in modes:
             m = r.modes.get(mode)
             if m is None:
-                body.append((r.model, mode, "skipped", "", "", "", "", "", "", ""))
+                body.append((r.model, mode, "skipped", "", "", "", "", "", "", "", ""))
                 continue
             est = m.mark == "~"
             exit_s = m.info.get("exit_s")
             body.append((r.model, mode, f"{m.ms:.1f}", _ratio_cell(r, mode),
                          "" if est else f"{m.total_ratio:.3f}x", "" if est else str(m.block),
                          "0 (est.)" if est else str(m.timed),
-                         str(m.heavy_timed) if mode in PERIOD and not est else "",
-                         f"{m.heavy_ms:.1f}" if mode in PERIOD and not math.isnan(m.heavy_ms) else "",
+                         f"{m.fraction:.3g}" if mode in PERIODIC else "",
+                         str(m.heavy_timed) if mode in PERIODIC and not est else "",
+                         f"{m.heavy_ms:.1f}" if mode in PERIODIC and not math.isnan(m.heavy_ms) else "",
                          f"{1e3 * exit_s:.1f}" if exit_s is not None else ""))
     return header, body
 
@@ -647,14 +669,17 @@ def main(argv: list[str] | None = None) -> int:
               "watch-default will be timed; its sampled-step cost comes from the warm-up ('*')", flush=True)
     ctx = mp.get_context("spawn")
     store_dir = tempfile.mkdtemp(prefix="leaky-watch-bench-")
+    t0 = time.perf_counter()
+    workers = {m: Worker(ctx, m, args) for m in modes}
     results = []
     try:
         for name in args.models:
-            t0 = time.perf_counter()
-            results.append(bench_model(name, modes, args, store_dir, ctx))
-            print(f"  {name}: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+            results.append(bench_model(name, workers, args, store_dir))
     finally:
+        for w in workers.values():
+            w.stop()
         shutil.rmtree(store_dir, ignore_errors=True)
+    print(f"  total {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     print()
     print_table(*summary_rows(results, modes), args.markdown)
     print()

@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--fail-on", choices=_FAIL_ON, default="error",
                        help="exit 1 when a finding at or above this severity exists (default error)")
     watch.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
+    watch.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard events to this log dir")
     watch.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
     watch.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     runs = sub.add_parser("runs", help="list the runs in a store")
@@ -241,9 +242,15 @@ def cmd_watch(args) -> int:
                 progress.print(text + finding_renderable(finding))
 
             def make(script):
+                sinks = []
+                if args.tensorboard:
+                    from leaky.integrations.tensorboard import TensorBoardSink
+
+                    sinks.append(TensorBoardSink(args.tensorboard))
                 return Watch(every=args.every or DEFAULT_EVERY, store=args.store, config=config,
                              fail_fast=args.fail_fast, on_finding=announce, script=script, argv=script_args,
-                             on_step=lambda rec: progress.on_step(rec, len(watch_of[0].seen) if watch_of else 0))
+                             on_step=lambda rec: progress.on_step(rec, len(watch_of[0].seen) if watch_of else 0),
+                             sinks=sinks)
 
             watch_of: list = []
 
@@ -252,7 +259,7 @@ def cmd_watch(args) -> int:
                 return watch_of[0]
 
             run = run_script(args.script, script_args, config, make_audit=factory)
-    except (ScriptError, StoreError, ValueError) as exc:
+    except (ScriptError, StoreError, ValueError, ImportError) as exc:
         _error(str(exc))
         return EXIT_UNUSABLE
     report = run.audit.report

@@ -46,13 +46,16 @@ class Watch(Audit):
                  config: AuditConfig | None = None, fail_fast: bool = False,
                  on_finding: Callable[[Finding, int], None] | None = None,
                  script: str | None = None, argv: list[str] | None = None,
-                 on_step: Callable[[Recorder], None] | None = None) -> None:
+                 on_step: Callable[[Recorder], None] | None = None, audit_steps: int = 0,
+                 sinks: list | None = None) -> None:
         if every < 1:
             raise ValueError(f"every must be a positive number of steps, not {every}")
         config = config or AuditConfig(steps=None)
         super().__init__(steps=None, config=config, on_step=self._after_step, sample_every=every,
                          on_series=self._store_series)
         self.every = every
+        self.recorder.dense_steps = audit_steps   # audit the first steps, then sample
+        self.sinks = list(sinks or [])            # e.g. a TensorBoard writer: .write(step, stats, new)
         self.store_path = store
         self.fail_fast = fail_fast
         self.on_finding = on_finding
@@ -77,6 +80,8 @@ class Watch(Audit):
     def __exit__(self, exc_type, exc, tb) -> bool:
         super().__exit__(exc_type, exc, tb)
         self._announce(self.report.findings, self.stats.steps and self.recorder.step)
+        for sink in self.sinks:
+            sink.close()
         if self.store is not None:
             status = self.run_info.get("status") or _status(exc_type)
             status = {"exited": "finished", "interrupted": "stopped"}.get(status, status)
@@ -107,12 +112,15 @@ class Watch(Audit):
                 {"module": row["module"], "grad_norm": row["grad_norm"], "gain": row["gain"],
                  "dead_share": row["dead_share"], "saturated_share": row["saturated_share"],
                  "update_ratio": _module_update_ratio(stats, row["module"])} for row in module_rows(stats)])
-        new_errors = self._announce(findings, step)
-        if self.fail_fast and new_errors:
+        new = self._announce(findings, step)
+        for sink in self.sinks:
+            sink.write(step, stats, findings, new)
+        if self.fail_fast and any(f.severity is Severity.ERROR for f in new):
             raise FailFast()
 
     def _announce(self, findings, step) -> list[Finding]:
-        new_errors = []
+        """Store every finding (updating its last step); return and announce the new ones."""
+        new = []
         for finding in findings:
             key = _key(finding)
             first = key not in self.seen
@@ -120,11 +128,10 @@ class Watch(Audit):
             if self.store is not None:
                 self.store.record_finding(self.run_id, finding.to_dict(), step)
             if first:
+                new.append(finding)
                 if self.on_finding is not None:
                     self.on_finding(finding, step)
-                if finding.severity is Severity.ERROR:
-                    new_errors.append(finding)
-        return new_errors
+        return new
 
 
 def _module_update_ratio(stats, module: str) -> float | None:
@@ -162,6 +169,12 @@ def _device() -> str:
 
 
 def watch(every: int = DEFAULT_EVERY, store: str | os.PathLike | None = None, fail_fast: bool = False,
-          config: AuditConfig | None = None) -> Watch:
-    """Follow the training inside the block; keep it in `store` (a SQLite file) if given."""
-    return Watch(every=every, store=store, fail_fast=fail_fast, config=config)
+          config: AuditConfig | None = None, tensorboard: str | os.PathLike | None = None) -> Watch:
+    """Follow the training inside the block; keep it in `store` (a SQLite file) if given,
+    and write TensorBoard events to `tensorboard` (a log dir) if given."""
+    sinks = []
+    if tensorboard is not None:
+        from leaky.integrations.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(tensorboard))
+    return Watch(every=every, store=store, fail_fast=fail_fast, config=config, sinks=sinks)

@@ -18,4 +18,9 @@ if ! "$venv/bin/python" -c "import leaky, rich, numpy, pytest, hypothesis" 2>/de
   echo "leaky: installing leaky and its test tools" >&2
   "$venv/bin/python" -m pip install -q -e "$root[test]"
 fi
+# The integrations' tests run real Lightning / Hugging Face / TensorBoard; torch stays pinned.
+if [ "${LEAKY_EXTRAS:-1}" = "1" ] && ! "$venv/bin/python" -c "import lightning, transformers, accelerate, tensorboard" 2>/dev/null; then
+  echo "leaky: installing the integrations' extras (lightning, transformers, tensorboard)" >&2
+  "$venv/bin/python" -m pip install -q "torch==$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')" -e "$root[integrations]"
+fi
 export LEAKY_PY="$venv/bin/python"

@@ -53,6 +53,7 @@ class Recorder:
         self.on_step = on_step
         self.on_series = on_series
         self.sample_every = sample_every
+        self.dense_steps = 0        # with sampling: the first steps are all observed in detail
         self.monitor = StepMonitor()
         self.updates = UpdateProbe()
         self._backward_patch = TensorBackwardPatch(self._on_tensor_backward)
@@ -341,21 +342,44 @@ class Recorder:
             self._optimizer_exists = bool(graded) and _live_optimizer_over(graded)
         return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
 
-    def _before_opt_step(self, optimizer, args, kwargs) -> None:
+    def _before_opt_step(self, optimizer, args, kwargs):
         if not self.active:
-            return
+            return None
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
             self.builder.note_optimizer(optimizer)
         self.saw_optimizer = True
         self.last_optimizer = optimizer
         self._in_step = True
-        if self.observing:
+        sampled = self.observing
+        if sampled:
             self.guarded(self.updates.before_step, optimizer)
             self.guarded(self._note_old_grads, optimizer)
         self._stepped.add(id(optimizer))
         self.observing = False   # the optimizer's own ops are not the model's
         self._suspend_mode()
+        return self._observe_closure(args, kwargs, sampled)
+
+    def _observe_closure(self, args, kwargs, sampled: bool):
+        """optimizer.step(closure) runs forward and backward inside the step (Lightning,
+        LBFGS): observe the closure as the step's training code, not as optimizer internals."""
+        closure = kwargs.get("closure", args[0] if args else None)
+        if not callable(closure):
+            return None
+
+        def observed_closure(*a, **k):
+            if sampled and self.active and self.error is None:
+                self.observing = True
+                self._resume_mode()
+            try:
+                return closure(*a, **k)
+            finally:
+                self.observing = False
+                self._suspend_mode()
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": observed_closure}
+        return (observed_closure, *args[1:]), kwargs
 
     def _after_opt_step(self, optimizer, args, kwargs) -> None:
         if getattr(self, "_in_step", False):
@@ -415,7 +439,7 @@ class Recorder:
                 self.on_limit()
             return
         every = self.sample_every
-        self._sample(every is None or self.step % every == 0)
+        self._sample(every is None or self.step < self.dense_steps or self.step % every == 0)
 
     def _flush_series(self) -> None:
         rows = self.monitor.flush()

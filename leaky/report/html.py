@@ -232,8 +232,8 @@ def _spread(points: list[tuple[float, float | None]], most: int) -> list[tuple[f
 def _pick_columns(steps: list[int], most: int = MAX_COLUMNS) -> list[int]:
     if len(steps) <= most:
         return steps
-    stride = len(steps) / most
-    return sorted({steps[min(len(steps) - 1, int(i * stride))] for i in range(most)} | {steps[-1]})
+    last = len(steps) - 1
+    return [steps[round(i * last / (most - 1))] for i in range(most)]   # first and last kept
 
 
 # -- source snippets -----------------------------------------------------------------------
@@ -314,7 +314,8 @@ def _evidence_value(value: Any, depth: int = 0) -> str:
             head = "".join(f"<th>{_e(k)}</th>" for k in keys)
             body = "".join("<tr>" + "".join(f"<td>{_evidence_value(item.get(k), depth + 1)}</td>" for k in keys)
                            + "</tr>" for item in shown)
-            more = f'<div class="more">… {len(items) - len(shown)} more</div>' if len(items) > len(shown) else ""
+            more = (f'<div class="more">… {len(items) - len(shown)} more</div>'
+                    if len(items) > len(shown) else "")
             return f'<table class="sub"><tr>{head}</tr>{body}</table>{more}'
         if len(items) <= 8:
             return "[" + ", ".join(_evidence_value(v, depth + 1) for v in items) + "]"
@@ -349,7 +350,9 @@ def _finding_section(i: int, f: dict, sources: _Sources, seen: dict | None) -> s
     if seen is not None:
         first, last = seen.get("first_step"), seen.get("last_step")
         if first is not None:
-            span = f"first seen at step {first}" + (f", last at step {last}" if last not in (None, first) else "")
+            span = f"first seen at step {first}"
+            if last not in (None, first):
+                span += f", last at step {last}"
             where.append(_e(span))
     snippet = sources.snippet(f.get("source"))
     evidence = _evidence_table(f.get("evidence"))
@@ -375,7 +378,8 @@ def _findings_html(findings: list[dict], run: dict | None) -> str:
             seen.setdefault(_finding_key(stored), stored)
     sources = _Sources()
     if not findings:
-        return '<section id="findings"><h2>Findings</h2><p class="none">No findings: no leaks found.</p></section>'
+        return ('<section id="findings"><h2>Findings</h2>'
+                '<p class="none">No findings: no leaks found.</p></section>')
     parts = [_finding_section(i + 1, f, sources, seen.get(_finding_key(f)) if run else None)
              for i, f in enumerate(findings)]
     return (f'<section id="findings"><h2>Findings <span class="count">{len(findings)}</span></h2>'
@@ -402,7 +406,18 @@ def _flow_chart(modules: list[dict]) -> str:
     out.append(_text(label_w - 8, 12, "loss end ↓ input end", "axis-label", "end"))
     out.append(_text(label_w + bar_w / 2, 12, "gradient norm arriving (log scale)", "axis-label", "middle"))
     out.append(_text(label_w + bar_w + 14, 12, "gain through it", "axis-label"))
-    ends: list[tuple[float, float] | None] = []
+    ends = [None if _pos(m.get("grad_norm")) is None
+            else (x(math.log10(_pos(m.get("grad_norm")))), top + i * row_h + row_h / 2)
+            for i, m in enumerate(modules)]
+    for i in range(len(ends) - 1):     # the path of the signal, under the bars, coloured by the gain
+        a, b = ends[i], ends[i + 1]
+        if a is None or b is None:
+            continue
+        cls = _gain_class(modules[i].get("gain"))
+        color = _C[cls] if cls in ("collapse", "explosion") else "#1f3b5c"
+        wid = 2.5 if cls in ("collapse", "explosion") else 1
+        out.append(f'<line x1="{_fmt(a[0])}" y1="{_fmt(a[1])}" x2="{_fmt(b[0])}" y2="{_fmt(b[1])}" '
+                   f'stroke="{color}" stroke-width="{wid}"/>')
     for i, m in enumerate(modules):
         y = top + i * row_h
         cls = _gain_class(m.get("gain"))
@@ -415,35 +430,27 @@ def _flow_chart(modules: list[dict]) -> str:
         if cls in ("collapse", "explosion"):
             out.append(f'<rect x="0" y="{y}" width="{width}" height="{row_h}" fill="{_C[cls]}" '
                        f'fill-opacity="0.08"/>')
-        label = _ellipsize(name, 30) + (f"  {kind}" if kind and kind != name else "")
-        out.append(_text(label_w - 8, y + row_h * 0.7, _ellipsize(label, 40), "label", "end"))
+        label = _e(_ellipsize(name, 32))     # about what fits in label_w at this font size
+        if kind and kind != name and len(name) + len(kind) < 32:
+            label += f' <tspan class="type">{_e(kind)}</tspan>'
+        out.append(f'<text x="{label_w - 8}" y="{_fmt(y + row_h * 0.7)}" class="label" text-anchor="end">'
+                   f'{label}</text>')
         g = _pos(m.get("grad_norm"))
         if g is not None:
             end = x(math.log10(g))
             out.append(f'<rect x="{label_w}" y="{y + 3}" width="{_fmt(max(1.0, end - label_w))}" '
                        f'height="{row_h - 6}" rx="2" fill="{_C[cls] if cls != "unknown" else _C["ok"]}"/>')
-            ends.append((end, y + row_h / 2))
         else:
             raw = m.get("grad_norm")
-            out.append(_text(label_w + 4, y + row_h * 0.7,
-                             "no gradient measured" if raw is None else f"grad norm {_num(_f(raw) if _f(raw) is not None else raw)}",
-                             "missing"))
-            ends.append(None)
+            what = "no gradient measured" if raw is None else f"grad norm {_num(raw)}"
+            out.append(_text(label_w + 4, y + row_h * 0.7, what, "missing"))
         gain = m.get("gain")
         if gain is not None:
             mark = {"collapse": " ▼ collapse", "explosion": " ▲ explosion"}.get(cls, "")
-            out.append(_text(label_w + bar_w + 14, y + row_h * 0.7, f"×{_num(_f(gain) if _f(gain) is not None else gain)}{mark}",
-                             f"gain {cls}", extra=f' fill="{_C[cls] if cls != "ok" else _C["axis"]}"'))
+            fill = _C[cls] if cls != "ok" else _C["axis"]
+            out.append(_text(label_w + bar_w + 14, y + row_h * 0.7, f"×{_num(gain)}{mark}", f"gain {cls}",
+                             extra=f' fill="{fill}"'))
         out.append("</g>")
-    for i in range(len(ends) - 1):     # the path of the signal, coloured by the gain between rows
-        a, b = ends[i], ends[i + 1]
-        if a is None or b is None:
-            continue
-        cls = _gain_class(modules[i].get("gain"))
-        color = _C[cls] if cls != "ok" else "#1f3b5c"
-        wid = 2.5 if cls in ("collapse", "explosion") else 1.2
-        out.append(f'<line x1="{_fmt(a[0])}" y1="{_fmt(a[1])}" x2="{_fmt(b[0])}" y2="{_fmt(b[1])}" '
-                   f'stroke="{color}" stroke-width="{wid}"/>')
     out.append("</svg>")
     return "".join(out)
 
@@ -451,10 +458,12 @@ def _flow_chart(modules: list[dict]) -> str:
 def _flow_html(modules: list[dict]) -> str:
     if not modules:
         return ""
-    legend = (f'<p class="legend"><span class="sw" style="background:{_C["collapse"]}"></span>gain &lt; {COLLAPSE:g}: '
-              f'the gradient collapses here <span class="sw" style="background:{_C["explosion"]}"></span>'
-              f'gain &gt; {EXPLOSION:g}: it explodes here <span class="sw" style="background:{_C["ok"]}"></span>'
-              f'otherwise</p>')
+    def swatch(color: str) -> str:
+        return f'<span class="sw" style="background:{color}"></span>'
+
+    legend = (f'<p class="legend">{swatch(_C["collapse"])}gain &lt; {COLLAPSE:g}: the gradient collapses '
+              f'here {swatch(_C["explosion"])}gain &gt; {EXPLOSION:g}: it explodes here '
+              f'{swatch(_C["ok"])}otherwise</p>')
     return (f'<section id="flow"><h2>Gradient flow</h2><p class="lede">Gradient norm arriving at each '
             f'module, from the loss (top) to the input (bottom), log scale; the gain is the norm leaving '
             f'toward the input over the norm arriving. Hover a row for its numbers.</p>{legend}'
@@ -519,6 +528,7 @@ def _histogram_chart(act: dict) -> str:
                f'stroke="{_C["axis"]}"/>')
     for t in _nice_ticks(0, peak, 3):
         out.append(_text(left - 4, y(t) + 3, _tick_label(t), "tick", "end"))
+    mid = (plot_l + width - right) / 2
     if kind == "log10_derivative_share":
         span = edges[-1] - edges[0]
         stride = next(s for s in (1, 2, 4, 5, 10, 20, 50, 100, 10**9) if span / s <= 5)
@@ -526,12 +536,12 @@ def _histogram_chart(act: dict) -> str:
         while k <= edges[-1]:
             out.append(_text(x(k), height - bottom + 13, _decade(int(k)), "tick", "middle"))
             k += stride
-        out.append(_text((plot_l + width - right) / 2, height - 4, "local derivative / its max", "axis-label", "middle"))
+        out.append(_text(mid, height - 4, "local derivative / its max", "axis-label", "middle"))
     elif kind == "fire_rate":
         for t in (0.0, 0.25, 0.5, 0.75, 1.0):
             if edges[0] <= t <= edges[-1]:
                 out.append(_text(x(t), height - bottom + 13, f"{t:.0%}", "tick", "middle"))
-        out.append(_text((plot_l + width - right) / 2, height - 4, "share of samples a unit fired on", "axis-label", "middle"))
+        out.append(_text(mid, height - 4, "share of samples a unit fired on", "axis-label", "middle"))
     else:
         for t in _nice_ticks(edges[0], edges[-1], 4):
             out.append(_text(x(t), height - bottom + 13, _tick_label(t), "tick", "middle"))
@@ -602,7 +612,8 @@ def _line_chart(kind: str, label: str, series: list[tuple[str, list[tuple[float,
         ticks = [(y(t), _tick_label(t)) for t in _nice_ticks(lo_v, hi_v, 4)]
     out = [_svg_open(kind, width, height, label)]
     for ty, tl in ticks:
-        out.append(f'<line x1="{left}" y1="{_fmt(ty)}" x2="{width - right}" y2="{_fmt(ty)}" stroke="{_C["grid"]}"/>')
+        out.append(f'<line x1="{left}" y1="{_fmt(ty)}" x2="{width - right}" y2="{_fmt(ty)}" '
+                   f'stroke="{_C["grid"]}"/>')
         out.append(_text(left - 6, ty + 3, tl, "tick", "end"))
     for t in _nice_ticks(min(xs), max(xs), 8):
         if t == int(t):
@@ -614,8 +625,8 @@ def _line_chart(kind: str, label: str, series: list[tuple[str, list[tuple[float,
                      extra=f' transform="rotate(-90 12 {_fmt(top + (height - top - bottom) / 2)})"'))
     if ref is not None:
         ry = y(ref[0])
-        out.append(f'<line x1="{left}" y1="{_fmt(ry)}" x2="{width - right}" y2="{_fmt(ry)}" stroke="{_C["axis"]}" '
-                   f'stroke-dasharray="5 4"/>')
+        out.append(f'<line x1="{left}" y1="{_fmt(ry)}" x2="{width - right}" y2="{_fmt(ry)}" '
+                   f'stroke="{_C["axis"]}" stroke-dasharray="5 4"/>')
         out.append(_text(left + 4, ry - 4, ref[1], "note"))
     for mx, color, tip in markers or []:
         px = x(mx)
@@ -645,7 +656,8 @@ def _line_chart(kind: str, label: str, series: list[tuple[str, list[tuple[float,
                     cx, cy = p.split(",")
                     out.append(f'<circle cx="{cx}" cy="{cy}" r="2.2" fill="{color}"/>')
             if len(seg) > 1:
-                out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.6"/>')
+                out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" '
+                           f'stroke-width="1.6"/>')
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
@@ -667,8 +679,10 @@ def _recurrences_html(recs: list[dict]) -> str:
     cards = []
     for r in recs:
         profile = r.get("time_profile")
-        head = (f'{_e(_module_label(r.get("module")))} · {_e(r.get("param") or "")} · {_e(r.get("kind") or "")}'
-                f'{" (gated)" if r.get("gated") else ""}')
+        module = _module_label(r.get("module"))
+        head = " · ".join(_e(x) for x in (module, r.get("param") or "", r.get("kind") or ""))
+        if r.get("gated"):
+            head += " (gated)"
         facts = (f'spectral radius ρ = {_e(_num(r.get("spectral_radius")))} · '
                  f'{_e(_num(r.get("time_steps")))} time steps')
         if isinstance(profile, list) and profile:
@@ -676,10 +690,10 @@ def _recurrences_html(recs: list[dict]) -> str:
             n = len(profile)
             span = (steps - 1) if steps and steps > 1 else (n - 1)
             pts = [((i * span / (n - 1)) if n > 1 else 0.0, _pos(v)) for i, v in enumerate(profile)]
-            chart = _line_chart("recurrence", f"gradient norm per time step of {_module_label(r.get('module'))}",
-                                [(f"{_module_label(r.get('module'))} {r.get('param') or ''}", pts, _C["explosion"])],
-                                log_y=True, x_label="time step (t = 0 is the first input)",
-                                y_label="gradient norm", height=240, dots=n <= 65)
+            chart = _line_chart("recurrence", f"gradient norm per time step of {module}",
+                                [(f"{module} {r.get('param') or ''}", pts, _C["explosion"])], log_y=True,
+                                x_label="time step (t = 0 is the first input)", y_label="gradient norm",
+                                height=240, dots=n <= 65)
         else:
             chart = ('<p class="none">no per-time-step profile: the backend runs the whole recurrence as one '
                      'node (e.g. oneDNN LSTM on CPU, cuDNN on GPU)</p>')
@@ -695,6 +709,14 @@ def _severity_color(sev: Any) -> str:
     return _C.get(str(sev), _C["info"])
 
 
+def _run_finding_item(f: dict) -> str:
+    severity = str(f.get("severity") or "")
+    op = f" · {_e(f['op'])}" if f.get("op") else ""
+    return (f'<li class="run-finding"><span class="badge {_e(severity)}">{_e(severity.upper())}</span> '
+            f'<span class="code">{_e(f.get("code") or "")}</span> {_e(f.get("name") or "")} · '
+            f'{_e(_module_label(f.get("module")))}{op}</li>')
+
+
 def _finding_markers(findings: list[dict], step_key: str) -> tuple[list[tuple[float, str, str]], str]:
     """Vertical markers (one per step, coloured by the worst finding there) and a list under the chart."""
     by_step: dict[int, list[dict]] = OrderedDict()
@@ -708,13 +730,14 @@ def _finding_markers(findings: list[dict], step_key: str) -> tuple[list[tuple[fl
         group = by_step[step]
         worst = max(group, key=lambda f: rank.get(str(f.get("severity")), 0))
         names = [f"{f.get('code')} {f.get('name')} · {_module_label(f.get('module'))}" for f in group]
-        markers.append((float(step), _severity_color(worst.get("severity")), f"step {step}: " + "; ".join(names)))
-        listed = "".join(f'<li class="run-finding"><span class="badge {_e(f.get("severity"))}">{_e(str(f.get("severity") or "").upper())}</span> '
-                         f'<span class="code">{_e(f.get("code") or "")}</span> {_e(f.get("name") or "")} · '
-                         f'{_e(_module_label(f.get("module")))}'
-                         f'{" · " + _e(f["op"]) if f.get("op") else ""}</li>' for f in group)
+        tip = f"step {step}: " + "; ".join(names)
+        markers.append((float(step), _severity_color(worst.get("severity")), tip))
+        listed = "".join(_run_finding_item(f) for f in group)
         items.append(f'<li><b>step {step}</b><ul>{listed}</ul></li>')
     text = f'<ul class="timeline">{"".join(items)}</ul>' if items else ""
+    if len(items) > 8:
+        text = (f'<details><summary>Findings by the step they were first seen ({len(items)} steps)</summary>'
+                f'{text}</details>')
     return markers, text
 
 
@@ -736,7 +759,8 @@ def _loss_html(points: list[tuple[int, float | None, float | None, bool]], findi
     chart = _line_chart("loss", "loss per step", [("loss", loss, "#1f3b5c")], log_y=log_y, x_label="step",
                         y_label="loss" + (" (log)" if log_y else ""), markers=markers, bad_x=bad)
     parts = [f'<h3>Loss</h3><p class="lede">{_e(origin)}; ▼ marks the step where a finding was first '
-             f'seen (hover it), × a step whose loss or gradient was not finite.</p><figure>{chart}</figure>{listing}']
+             f'seen (hover it), × a step whose loss or gradient was not finite.</p>'
+             f'<figure>{chart}</figure>{listing}']
     if any(v is not None for _, v in norms):
         parts.append('<h3>Gradient norm</h3><p class="lede">Global gradient norm per step, log scale.</p>'
                      + "<figure>" + _line_chart("gradnorm", "gradient norm per step",
@@ -777,7 +801,7 @@ def _heatmap(modules: list[str], steps: list[int], cells: dict[tuple[str, int], 
         y = top + r * row_h
         label = _module_label(name)
         out.append('<g class="hrow">' + ("" if per_cell else f"<title>{_e(label)}</title>"))
-        out.append(_text(label_w - 6, y + row_h * 0.72, _ellipsize(label, 30), "label", "end"))
+        out.append(_text(label_w - 6, y + row_h * 0.72, _ellipsize(label, 27), "label", "end"))
         for c, step in enumerate(steps):
             v = cells.get((name, step))
             if v is not None and math.isfinite(v) and v > 0:
@@ -797,8 +821,8 @@ def _heatmap(modules: list[str], steps: list[int], cells: dict[tuple[str, int], 
     # colour bar
     bx, by, bh = width - 70, top, max(60, row_h * len(modules))
     for i in range(24):
-        out.append(f'<rect x="{_fmt(bx)}" y="{_fmt(by + bh - (i + 1) * bh / 24)}" width="12" height="{_fmt(bh / 24 + 0.5)}" '
-                   f'fill="{_viridis(i / 23)}"/>')
+        out.append(f'<rect x="{_fmt(bx)}" y="{_fmt(by + bh - (i + 1) * bh / 24)}" width="12" '
+                   f'height="{_fmt(bh / 24 + 0.5)}" fill="{_viridis(i / 23)}"/>')
     cb = _Scale(lo, hi, by + bh, by)
     for k in _decade_ticks(lo, hi, 6):
         out.append(_text(bx + 16, cb(k) + 3, _decade(k), "tick"))
@@ -865,17 +889,20 @@ def _run_html(report: dict, run: dict | None, findings: list[dict]) -> str:
             rows = {(s.get("module"), s.get("step")): s for s in stats}
             cells = {(name, step): _fin(rows[(name, step)].get("grad_norm")) if (name, step) in rows else None
                      for name in modules for step in cols}
-            note = (f" Showing {len(cols)} of {len(all_steps)} sampled steps." if len(cols) < len(all_steps) else "")
+            note = ""
+            if len(cols) < len(all_steps):
+                note = f" Showing {len(cols)} of {len(all_steps)} sampled steps."
             parts.append(f'<h3>Gradient norm per layer and step</h3><p class="lede">Each sampled step, the '
                          f'gradient norm arriving at each module (rows from the loss to the input), log colour '
-                         f'scale; grey: not measured.{note}</p><figure class="wide">{_heatmap(modules, cols, cells)}</figure>')
-            dead = _per_layer_chart("dead", "dead unit share per layer and step", "dead_share", modules, cols, rows,
-                                    log_y=False, y_label="dead share", y_range=(0.0, 1.0))
+                         f'scale; grey: not measured.{note}</p>'
+                         f'<figure class="wide">{_heatmap(modules, cols, cells)}</figure>')
+            dead = _per_layer_chart("dead", "dead unit share per layer and step", "dead_share", modules, cols,
+                                    rows, log_y=False, y_label="dead share", y_range=(0.0, 1.0))
             if dead:
                 parts.append('<h3>Dead units over time</h3><p class="lede">Share of each layer\'s ReLU-family '
                              f'units that are dead, per sampled step.</p>{dead}')
-            upd = _per_layer_chart("update", "update ratio per layer and step", "update_ratio", modules, cols, rows,
-                                   log_y=True, y_label="‖Δw‖/‖w‖", ref=(1e-3, "~1e-3 typical"))
+            upd = _per_layer_chart("update", "update ratio per layer and step", "update_ratio", modules, cols,
+                                   rows, log_y=True, y_label="‖Δw‖/‖w‖", ref=(1e-3, "~1e-3 typical"))
             if upd:
                 parts.append('<h3>Update ratio over time</h3><p class="lede">‖Δw‖/‖w‖ of each layer\'s '
                              f'parameters per sampled step, log scale.</p>{upd}')
@@ -904,7 +931,8 @@ def _table(rows: list[dict], columns: list[tuple[str, str, Any]]) -> str:
             value = row.get(key)
             cells.append(f"<td>{_e(fmt(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    return (f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _src(value: Any) -> str:
@@ -919,7 +947,8 @@ def _tables_html(report: dict) -> str:
         parts.append(f'<details><summary>Modules ({len(modules)})</summary>' + _table(modules, [
             ("module", "module", _module_label), ("type", "type", lambda v: v or ""),
             ("grad norm in", "grad_norm", _num), ("gain", "gain", _num), ("zeroed", "zeroed_share", _pct),
-            ("dead", "dead_share", _pct), ("saturated", "saturated_share", _pct), ("ops", "ops", _num)]) + "</details>")
+            ("dead", "dead_share", _pct), ("saturated", "saturated_share", _pct),
+            ("ops", "ops", _num)]) + "</details>")
     ops = report.get("ops") or []
     if ops:
         parts.append(f'<details><summary>Ops ({len(ops)})</summary>' + _table(ops, [
@@ -944,64 +973,82 @@ def _tables_html(report: dict) -> str:
 
 # -- page -----------------------------------------------------------------------------------
 _CSS = """
-:root{--fg:#1f2328;--muted:#5f6368;--line:#e4e6eb;--bg:#f6f7f9;--card:#fff;--err:#c62828;--warn:#b26a00;--info:#1565c0}
+:root{--fg:#1f2328;--muted:#5f6368;--line:#e4e6eb;--bg:#f6f7f9;--card:#fff;
+  --err:#c62828;--warn:#b26a00;--info:#1565c0;
+  --sans:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","DejaVu Sans",sans-serif;
+  --mono:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace}
 *{box-sizing:border-box}
-body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","DejaVu Sans",sans-serif}
+body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 var(--sans)}
 main{max-width:1080px;margin:0 auto;padding:20px 24px 60px}
 header.page{border-bottom:1px solid var(--line);margin-bottom:8px;padding-bottom:8px}
-h1{font-size:24px;margin:8px 0 4px} h2{font-size:19px;margin:30px 0 6px;padding-top:6px;border-top:1px solid var(--line)}
+h1{font-size:24px;margin:8px 0 4px}
+h2{font-size:19px;margin:30px 0 6px;padding-top:6px;border-top:1px solid var(--line)}
 h3{font-size:16px;margin:16px 0 4px}
+code{font-family:var(--mono)}
 .lede,.facts,.note,.none{color:var(--muted)} .lede{margin:2px 0 10px;font-size:14px}
 .facts{font-size:13px;margin:2px 0} .note{font-size:12px} .none{font-style:italic}
 nav.toc a{margin-right:14px;color:var(--info);text-decoration:none;font-size:14px}
-.badge{display:inline-block;font-size:11px;font-weight:700;letter-spacing:.04em;padding:1px 7px;border-radius:10px;color:#fff;vertical-align:2px}
+.badge{display:inline-block;font-size:11px;font-weight:700;letter-spacing:.04em;padding:1px 7px;
+  border-radius:10px;color:#fff;vertical-align:2px}
 .badge.error{background:var(--err)} .badge.warning{background:var(--warn)} .badge.info{background:var(--info)}
 .count{font-size:13px;color:var(--muted);font-weight:400}
 .summary .badge{font-size:13px;padding:2px 10px;margin-right:6px}
-.finding{background:var(--card);border:1px solid var(--line);border-left:5px solid var(--info);border-radius:6px;padding:10px 16px;margin:12px 0;break-inside:avoid}
+.finding{background:var(--card);border:1px solid var(--line);border-left:5px solid var(--info);
+  border-radius:6px;padding:10px 16px;margin:12px 0;break-inside:avoid}
 .finding.sev-error{border-left-color:var(--err)} .finding.sev-warning{border-left-color:var(--warn)}
-.finding h3{margin:2px 0 2px} .code{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-weight:600}
-.where{font-size:13px;color:var(--muted);margin:0 0 6px} .where .mod,.where .op{color:var(--fg);font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace}
-.msg{margin:6px 0;overflow-wrap:anywhere} .fix{margin:8px 0 4px;background:#eef7ee;border-radius:4px;padding:6px 10px;overflow-wrap:anywhere}
+.finding h3{margin:2px 0} .code{font-family:var(--mono);font-weight:600}
+.where{font-size:13px;color:var(--muted);margin:0 0 6px}
+.where .mod,.where .op{color:var(--fg);font-family:var(--mono)}
+.msg{margin:6px 0;overflow-wrap:anywhere}
+.fix{margin:8px 0 4px;background:#eef7ee;border-radius:4px;padding:6px 10px;overflow-wrap:anywhere}
 .fix b{color:#2e7d32;margin-right:6px}
 .cols{display:grid;grid-template-columns:minmax(0,1.1fr) minmax(0,1fr);gap:14px;align-items:start}
 .cols>div:only-child{grid-column:1/-1}
-pre.src{margin:4px 0;background:#f3f4f6;border-radius:4px;padding:6px 0;font:12px/1.45 ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;overflow-x:auto;white-space:pre}
-pre.src{display:block} pre.src .ln{color:#9aa0a6;padding:0 8px 0 6px;user-select:none}
+pre.src{display:block;margin:4px 0;background:#f3f4f6;border-radius:4px;padding:6px 0;
+  font:12px/1.45 var(--mono);overflow-x:auto;white-space:pre}
+pre.src .ln{color:#9aa0a6;padding:0 8px 0 6px;user-select:none}
 pre.src .hl{background:#fff3bf;display:inline-block;min-width:100%;box-shadow:inset 3px 0 #e0a800}
 table{border-collapse:collapse;font-size:12.5px}
 table.evidence{width:100%} table.evidence caption{text-align:left;color:var(--muted);font-size:12px}
-table.evidence th{text-align:left;font-weight:500;color:var(--muted);padding:2px 14px 2px 0;vertical-align:top;white-space:nowrap;width:1%}
-table.evidence td{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;padding:2px 0;overflow-wrap:anywhere}
+table.evidence th{text-align:left;font-weight:500;color:var(--muted);padding:2px 14px 2px 0;
+  vertical-align:top;white-space:nowrap;width:1%}
+table.evidence td{font-family:var(--mono);padding:2px 0;overflow-wrap:anywhere}
 table.evidence td .k{color:var(--muted)}
-table.evidence table.sub{width:auto} table.evidence table.sub th,table.evidence table.sub td{width:auto;padding:0 12px 0 0;font-size:11.5px;white-space:nowrap;color:var(--fg)}
+table.evidence table.sub{width:auto}
+table.evidence table.sub th,table.evidence table.sub td{width:auto;padding:0 12px 0 0;font-size:11.5px;
+  white-space:nowrap;color:var(--fg)}
 table.evidence table.sub th{color:var(--muted);font-weight:500} .more{font-size:11px;color:var(--muted)}
-figure{margin:6px 0 12px;background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px;break-inside:avoid;overflow-x:auto}
+figure{margin:6px 0 12px;background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px;
+  break-inside:avoid;overflow-x:auto}
 svg.chart{display:block;max-width:100%;height:auto}
-svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","DejaVu Sans",sans-serif;font-size:11px;fill:#3c4043}
+svg text{font-family:var(--sans);font-size:11px;fill:#3c4043}
 svg text.tick{font-size:10px;fill:#5f6368} svg text.axis-label{font-size:11px;fill:#5f6368}
-svg text.label{font-size:11.5px;font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace}
+svg text.label{font-size:11.5px;font-family:var(--mono)} svg tspan.type{fill:#80868b}
 svg text.note{font-size:10px;fill:#b71c1c} svg text.missing{font-size:10.5px;fill:#9aa0a6;font-style:italic}
 svg text.gain{font-size:11px} svg text.gain.collapse,svg text.gain.explosion{font-weight:700}
 .legend{font-size:12.5px;color:var(--muted);margin:4px 0 6px} .legend .li{margin-right:14px;white-space:nowrap}
 .sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin:0 5px -1px 8px}
 .legend .li .sw{margin-left:0}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:12px}
-.card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px 10px;break-inside:avoid;margin-bottom:12px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px 10px;
+  break-inside:avoid;margin-bottom:12px}
 .grid .card{margin-bottom:0}
-.card-head{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:13px;font-weight:600;overflow-wrap:anywhere}
-.card .file{font:12px ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;color:var(--muted);overflow-wrap:anywhere}
-ul.timeline{font-size:13px;margin:4px 0 12px;padding-left:18px} ul.timeline ul{list-style:none;padding-left:8px;margin:0}
+.card-head{font-family:var(--mono);font-size:13px;font-weight:600;overflow-wrap:anywhere}
+.card .file{font:12px var(--mono);color:var(--muted);overflow-wrap:anywhere}
+ul.timeline{font-size:13px;margin:4px 0 12px;padding-left:18px}
+ul.timeline ul{list-style:none;padding-left:8px;margin:0}
 .error-line{color:var(--err);font-size:13px;overflow-wrap:anywhere}
 details{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:6px 10px;margin:8px 0}
 summary{cursor:pointer;font-weight:600}
-.scroll{overflow-x:auto} table.data{margin-top:6px} table.data th{text-align:left;border-bottom:1px solid var(--line);padding:3px 10px 3px 0;white-space:nowrap}
-table.data td{padding:2px 10px 2px 0;border-bottom:1px solid #f0f1f3;white-space:nowrap;font-variant-numeric:tabular-nums}
+.scroll{overflow-x:auto} table.data{margin-top:6px}
+table.data th{text-align:left;border-bottom:1px solid var(--line);padding:3px 10px 3px 0;white-space:nowrap}
+table.data td{padding:2px 10px 2px 0;border-bottom:1px solid #f0f1f3;white-space:nowrap;
+  font-variant-numeric:tabular-nums}
 footer{margin-top:40px;font-size:12px;color:var(--muted)}
 @media (max-width:760px){.cols{grid-template-columns:1fr}}
 @media print{
  body{background:#fff;font-size:11pt} main{max-width:none;padding:0}
- nav.toc{display:none} h2{break-after:avoid} h3{break-after:avoid}
+ nav.toc{display:none} h2,h3{break-after:avoid}
  figure,.card,.finding,svg.chart{break-inside:avoid;page-break-inside:avoid}
  figure{overflow:visible;border:none;padding:0} .scroll{overflow:visible}
  svg.chart{max-width:100%;height:auto} pre.src{white-space:pre-wrap;overflow:visible}
@@ -1057,8 +1104,8 @@ def _header(report: dict, run: dict | None, findings: list[dict], title: str) ->
         facts.append(f"{_e(info['backward_calls'])} backward calls")
     if info.get("status"):
         facts.append(f"status {_e(info['status'])}")
-    versions = " · ".join(f"{name} {_e(report[key])}" for name, key in (("leaky", "leaky_version"),
-                                                                         ("torch", "torch_version")) if report.get(key))
+    versions = " · ".join(f"{name} {_e(report[key])}" for name, key in
+                          (("leaky", "leaky_version"), ("torch", "torch_version")) if report.get(key))
     if versions:
         facts.append(versions)
     if facts:
