@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--format", choices=("text", "json", "sarif"), default="text",
                        help="text (default) for people; json or sarif on stdout, or into --output")
     audit.add_argument("--output", metavar="PATH", help="write the --format json/sarif output here")
+    audit.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report here")
     audit.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
     audit.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     watch = sub.add_parser("watch", help="follow a whole training run cheaply and keep it in a store")
@@ -78,10 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="exit 1 when a finding at or above this severity exists (default error)")
     watch.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
     watch.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard events to this log dir")
+    watch.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report here")
     watch.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
     watch.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     runs = sub.add_parser("runs", help="list the runs in a store")
     runs.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    report = sub.add_parser("report", help="write a stored run's HTML report")
+    report.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
+    report.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    report.add_argument("--html", metavar="PATH", required=True, help="where to write the HTML report")
     show = sub.add_parser("show", help="a stored run's findings and timeline")
     show.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
     show.add_argument("--store", metavar="PATH", default="leaky-runs.db")
@@ -95,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show,
+    handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show, "report": cmd_report,
                "explain": cmd_explain, "demo": cmd_demo}[args.command]
     return handler(args)
 
@@ -221,7 +227,20 @@ def cmd_audit(args) -> int:
         out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
     if args.json and not _write_json(report, args.json):
         return EXIT_UNUSABLE
+    if args.html and not _write_html(args.html, report.to_dict(), None):
+        return EXIT_UNUSABLE
     return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+
+
+def _write_html(path: str, report: dict, run: dict | None) -> bool:
+    from leaky.report.html import render_html, write_html
+
+    try:
+        write_html(path, render_html(report, run))
+    except OSError as exc:
+        _error(f"cannot write the HTML report to {path}: {exc.strerror}")
+        return False
+    return True
 
 
 # -- watch, runs, show ------------------------------------------------------------------
@@ -275,6 +294,8 @@ def cmd_watch(args) -> int:
         out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
     if args.json and not _write_json(report, args.json):
         return EXIT_UNUSABLE
+    if args.html and not _write_html(args.html, report.to_dict(), _stored_run(args.store, run.audit.run_id)):
+        return EXIT_UNUSABLE
     stopped = run.status == "stopped" and args.fail_fast
     if stopped:
         out.print(Text("leaky: --fail-fast stopped training at the first error.", style="red"))
@@ -289,6 +310,32 @@ def _open_store(path: str):
     if not os.path.exists(path):
         raise FileNotFoundError(f"no run store at {path}; `leaky watch` creates it (or pass --store PATH)")
     return Store(path)
+
+
+def _stored_run(path: str, run_id: int | None) -> dict | None:
+    if run_id is None:
+        return None
+    from leaky.report.html import run_payload
+    from leaky.store import Store
+
+    with Store(path) as store:
+        return run_payload(store, run_id)
+
+
+def cmd_report(args) -> int:
+    from leaky.report.html import run_payload
+    from leaky.store import StoreError, resolve_run
+
+    try:
+        with _open_store(args.store) as store:
+            payload = run_payload(store, resolve_run(store, args.run))
+    except (StoreError, FileNotFoundError) as exc:
+        _error(str(exc))
+        return EXIT_UNUSABLE
+    if not _write_html(args.html, {}, payload):
+        return EXIT_UNUSABLE
+    Console(highlight=False).print(Text(f"leaky: wrote {args.html}", style="dim"))
+    return EXIT_OK
 
 
 def cmd_runs(args) -> int:

@@ -415,3 +415,21 @@ def test_browser_screenshot_shows_the_charts(browser, reports, watched, tmp_path
             if name == "rnn" and kind == "flow":             # the recurrent layer's explosion
                 assert _pixels_of(region, "#8e44ad") > 100
     assert {"flow", "hist", "recurrence", "loss", "heatmap"} <= checked, checked
+
+
+def test_the_cli_writes_html_for_audits_watches_and_stored_runs(tmp_path, capsys):
+    from leaky.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("from leaky.zoo import get\nget('relu-high-lr').run(steps=20)\n")
+    audit_page, watch_page, run_page = tmp_path / "a.html", tmp_path / "w.html", tmp_path / "r.html"
+    assert main(["audit", "--html", str(audit_page), str(script)]) == 1
+    store = tmp_path / "runs.db"
+    assert main(["watch", "--every", "5", "--store", str(store), "--html", str(watch_page), str(script)]) == 1
+    assert main(["report", "latest", "--store", str(store), "--html", str(run_page)]) == 0
+    for page in (audit_page, watch_page, run_page):
+        text = page.read_text(encoding="utf-8")
+        assert text.startswith("<!DOCTYPE html>") and "LK102" in text
+    assert "heatmap" in watch_page.read_text(encoding="utf-8").lower()
+    assert main(["report", "--store", str(store), "--html", str(tmp_path / "missing" / "x.html")]) == 2
+    assert "cannot write the HTML report" in capsys.readouterr().err
