@@ -113,7 +113,7 @@ class _Progress:
     def __init__(self, console: Console, total: int | None) -> None:
         self.console, self.total = console, total
         self.live = Live(Text("leaky: starting…"), console=console, transient=True, redirect_stdout=True,
-                         redirect_stderr=True) if console.is_terminal else None
+                         redirect_stderr=True) if console.is_terminal and _main_process() else None
 
     def __enter__(self):
         if self.live:
@@ -139,6 +139,13 @@ class _Progress:
     def print(self, renderable) -> None:
         """Above the live line on a terminal; plainly otherwise."""
         (self.live.console if self.live else self.console).print(renderable)
+
+
+def _main_process() -> bool:
+    """Under torchrun only rank 0 prints and writes."""
+    from leaky.record.distributed import is_main
+
+    return is_main()
 
 
 def _error(text: str) -> None:
@@ -203,6 +210,8 @@ def cmd_audit(args) -> int:
         _error(str(exc))
         return EXIT_UNUSABLE
     report = run.audit.report
+    if not _main_process():
+        return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
     if report.run.get("unauditable"):
         _error(f"cannot audit {args.script}: {report.run['unauditable']}.")
         return EXIT_UNUSABLE
@@ -257,8 +266,8 @@ def cmd_watch(args) -> int:
     try:
         with _Progress(err, None) as progress:
             def announce(finding, step):
-                text = Text(f"step {step}: ", style="bold")
-                progress.print(text + finding_renderable(finding))
+                if _main_process():
+                    progress.print(Text(f"step {step}: ", style="bold") + finding_renderable(finding))
 
             def make(script):
                 sinks = []
@@ -282,6 +291,8 @@ def cmd_watch(args) -> int:
         _error(str(exc))
         return EXIT_UNUSABLE
     report = run.audit.report
+    if not _main_process():
+        return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
         _error(f"no backward pass was observed in {args.script}; nothing to watch. "
                "Does the script call loss.backward()?")

@@ -24,6 +24,14 @@ UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
 ZERO_WARMUP = 5          # steps after a weight was exactly 0 whose update ratio is not judged
 
 
+def _with_samples(stats: UnitStats, samples: int) -> UnitStats:
+    import copy
+
+    merged = copy.copy(stats)
+    merged.samples = samples
+    return merged
+
+
 def _histogram(host: dict, stats: UnitStats) -> dict | None:
     """The picture of an activation layer, from what was already accumulated."""
     if host["hist"] is not None:
@@ -101,6 +109,9 @@ class StatsBuilder:
         self.nonfinite: dict[str, tuple[int, int, str]] = {}
         self.first_bad_step: int | None = None   # first step with a NaN/Inf anywhere
         self.first_rms: dict[int, float] = {}    # site -> forward output RMS, first clean step
+        self.global_units: dict[int, dict] | None = None   # activation counters summed across ranks
+        self.rank_events: list[dict] = []          # first non-finite event of each rank (distributed)
+        self.remote_events_done = False
         self.param_grad_steps: dict[int, int] = defaultdict(int)
         self.param_last_norm: dict[int, float] = {}
         self.opt_params: dict[int, nn.Parameter] = {}
@@ -289,6 +300,7 @@ class StatsBuilder:
         recurrences = tuple(find_recurrences(self.modules, param_uses, by_site, self._owners()))
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(self.nonfinite.items(), reverse=True))
+        nonfinite = self._with_rank_events(nonfinite)
         name = self.modules.name
         cut_list = tuple(Cut(c.kind, name(c.producer), name(c.module), _source(c.where), c.step)
                          for c in cuts.values())
@@ -304,6 +316,16 @@ class StatsBuilder:
                           types, ran, self.clean_steps, losses_seen, inputs, weights,
                           tuple(self._function_stats(function_checks)), scaler, series, tuple(self.sample_steps),
                           self.carried_steps, self.carry_checked)
+
+    def _with_rank_events(self, local: tuple) -> tuple:
+        """Distributed: the earliest origin over all ranks replaces later local echoes."""
+        if not self.rank_events:
+            return local
+        first = min(self.rank_events, key=lambda e: (e["step"], e["phase"] == "backward", e["rank"]))
+        op = OpStats(-1, first["op"], first["node"], first["module"], None,
+                     _source((first["file"], first["line"]) if first["file"] else None), -1, 1, 1.0,
+                     None, None, None, None, None, 0.0, None)
+        return (NonFinite(first["phase"], first["step"], op, first["value"], first["rank"]),)
 
     def _function_stats(self, checks: dict):
         for check in checks.values():
@@ -361,9 +383,27 @@ class StatsBuilder:
         """Steps before the first NaN/Inf: the ones that describe the model."""
         return self.steps if self.first_bad_step is None else self.first_bad_step
 
+    def local_event(self) -> dict | None:
+        """This rank's first non-finite event, described without local site numbers."""
+        if not self.nonfinite:
+            return None
+        phase, (step, site, value) = min(self.nonfinite.items(), key=lambda kv: (kv[1][0], kv[0] == "backward"))
+        record = self.sites.sites[site]
+        return {"phase": phase, "step": step, "value": value, "op": record.op, "node": record.node,
+                "module": self.modules.name(record.module_key), "file": record.file, "line": record.line}
+
+    def note_rank_events(self, events: list[dict]) -> None:
+        if events:
+            self.rank_events = events
+            self.remote_events_done = True
+
     def _activation_stats(self, site: int, stats: UnitStats, by_site) -> ActivationStats:
         op = by_site[site]
         host = stats.host()
+        if self.global_units is not None and site in self.global_units:
+            merged = self.global_units[site]
+            host.update({k: v.detach().cpu().double().numpy() for k, v in merged.items() if k != "samples"})
+            stats = _with_samples(stats, merged["samples"])
         clean = [s for s in self.sample_steps if self.first_bad_step is None or s < self.first_bad_step]
         window = max(1, min(self.config.dead_window_steps, math.ceil(len(clean) / 2)))
         dead, died = None, ()

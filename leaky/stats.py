@@ -102,6 +102,7 @@ class NonFinite:
     step: int
     op: OpStats
     value: str                    # "nan" | "inf"
+    rank: int | None = None       # distributed: the rank whose data produced it
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from leaky.audit import Audit
 from leaky.checks import run_all
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
+from leaky.record import distributed
 from leaky.record.recorder import Recorder, StopObserving
 from leaky.report.tables import module_rows
 from leaky.store import Store, git_commit
@@ -69,6 +70,8 @@ class Watch(Audit):
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Watch":
+        if not distributed.is_main():
+            self.store_path, self.on_finding, self.sinks = None, None, []   # only rank 0 writes
         if self.store_path is not None:
             self.store = Store(self.store_path)
             self.run_id = self.store.start_run(

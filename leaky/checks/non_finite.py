@@ -78,7 +78,9 @@ def _finding(event: NonFinite, twin: NonFinite | None) -> Finding:
     if twin is not None:
         other = "forward output" if twin.phase == "forward" else "backward pass"
         message += f" Its {other} was non-finite too (step {twin.step})."
-    evidence = {"phase": phase, "node": op.node, "value": value, "step": event.step}
+    if event.rank is not None:
+        message += f" It happened on rank {event.rank}'s data; the other ranks got it through DDP's all-reduce."
+    evidence = {"phase": phase, "node": op.node, "value": value, "step": event.step, "rank": event.rank}
     return Finding("non-finite", "LK107", Severity.ERROR, message, fix, op.module, op.op, op.source,
                    event.step, evidence)
 

@@ -104,10 +104,25 @@ class ModuleTracker:
             if id(module) in self._by_id and self.infos[self._by_id[id(module)]].module is module:
                 continue  # already named under an earlier root
             key = len(self.infos)
-            path = path.replace("_orig_mod.", "") if path != "_orig_mod" else ""   # torch.compile's wrapper
+            path = _unwrapped(path, root)
             self.infos.append(ModuleInfo(key, root_key, path, type(module).__name__, module))
             self._by_id[id(module)] = key
         return self._by_id[id(root)]
+
+
+_WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}
+
+
+def _unwrapped(path: str, root: nn.Module) -> str:
+    """Paths without the wrappers the user did not name (torch.compile's `_orig_mod`,
+    DDP's `module`), only under such a root; wrappers may nest."""
+    while (wrapper := _WRAPPERS.get(type(root).__name__)) and hasattr(root, wrapper):
+        if path == wrapper:
+            return ""
+        if path.startswith(wrapper + "."):
+            path = path[len(wrapper) + 1:]
+        root = getattr(root, wrapper)
+    return path
 
 
 def _is_compiled(module: nn.Module) -> bool:

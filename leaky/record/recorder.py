@@ -17,6 +17,7 @@ from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
 from leaky.record.activations import ACTIVATIONS, UnitStats, hardtanh_bounds, unit_dim
+from leaky.record import distributed
 from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
@@ -454,6 +455,15 @@ class Recorder:
         host = self.buffer.flush()
         self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
+        if distributed.running():
+            self._reduce_across_ranks()
+
+    def _reduce_across_ranks(self) -> None:
+        """Collectives on every rank at the same sampled step (DDP keeps ranks in step)."""
+        self.builder.global_units = distributed.reduce_units(self.units)
+        if not self.builder.remote_events_done:
+            events = distributed.gather_events(self.builder.local_event())
+            self.builder.note_rank_events(events)
 
 
 def _live_grad_scaler():
