@@ -112,6 +112,7 @@ class StatsBuilder:
         self.global_units: dict[int, dict] | None = None   # activation counters summed across ranks
         self.rank_events: list[dict] = []          # first non-finite event of each rank (distributed)
         self.remote_events_done = False
+        self._radius_cache = None
         self.param_grad_steps: dict[int, int] = defaultdict(int)
         self.param_last_norm: dict[int, float] = {}
         self.opt_params: dict[int, nn.Parameter] = {}
@@ -291,13 +292,15 @@ class StatsBuilder:
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
               backward_calls: int, probes, function_checks: dict) -> AuditStats:
-        from leaky.record.recurrence import find_recurrences  # local: uses the op table below
+        from leaky.record.recurrence import RadiusCache, find_recurrences  # local: imports stats
 
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
         by_site = {op.site: op for op in ops}
         activations = tuple(self._activation_stats(site, stats, by_site) for site, stats in units.items())
         params = tuple(self._param_stats())
-        recurrences = tuple(find_recurrences(self.modules, param_uses, by_site, self._owners()))
+        if self._radius_cache is None:
+            self._radius_cache = RadiusCache()
+        recurrences = tuple(find_recurrences(self.modules, param_uses, by_site, self._owners(), self._radius_cache))
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(self.nonfinite.items(), reverse=True))
         nonfinite = self._with_rank_events(nonfinite)

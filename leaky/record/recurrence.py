@@ -49,7 +49,24 @@ def _radius(matrix: torch.Tensor, iterations: int = 200) -> float:
     return float(torch.tensor(tail).mean().exp())
 
 
-def _module_recurrences(modules, by_site: dict[int, OpStats]):
+class RadiusCache:
+    """Spectral radii change slowly: a watch that rebuilds its statistics at every sampled
+    step recomputes each one only every `every` builds (and always on the first)."""
+
+    def __init__(self, every: int = 10) -> None:
+        self.every = every
+        self.builds = 0
+        self._values: dict[tuple[int, int], tuple[int, float]] = {}
+
+    def radius(self, weight: torch.Tensor, blocks: int = 1) -> float:
+        key = (id(weight), blocks)
+        cached = self._values.get(key)
+        if cached is None or self.builds - cached[0] >= self.every:
+            cached = self._values[key] = (self.builds, spectral_radius(weight, blocks))
+        return cached[1]
+
+
+def _module_recurrences(modules, by_site: dict[int, OpStats], radius):
     for info in modules.infos:
         module = info.module
         if not isinstance(module, nn.RNNBase):
@@ -70,11 +87,11 @@ def _module_recurrences(modules, by_site: dict[int, OpStats]):
                 start = layer * (2 if module.bidirectional else 1) * size
                 layer_profile = tuple(profile[start:start + size])
             yield RecurrenceStats(name, f"weight_hh_l{layer}", kind, gated,
-                                  spectral_radius(weight, blocks), layer_profile,
+                                  radius(weight, blocks), layer_profile,
                                   step_ops[0] if step_ops else None)
 
 
-def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], owners: dict):
+def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], owners: dict, radius):
     for pid, sites in param_uses.items():
         owner = owners.get(pid)
         if owner is None:
@@ -86,10 +103,13 @@ def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], ow
             op = by_site.get(site)
             if op is None or not op.profile or op.occurrences < 2:
                 continue
-            yield RecurrenceStats(modules.name(key), pname, "loop", False, spectral_radius(param),
+            yield RecurrenceStats(modules.name(key), pname, "loop", False, radius(param),
                                   op.profile, op)
 
 
-def find_recurrences(modules, param_uses, by_site, owners):
-    yield from _module_recurrences(modules, by_site)
-    yield from _loop_recurrences(modules, param_uses, by_site, owners)
+def find_recurrences(modules, param_uses, by_site, owners, cache: RadiusCache | None = None):
+    radius = (cache or RadiusCache()).radius
+    if cache is not None:
+        cache.builds += 1
+    yield from _module_recurrences(modules, by_site, radius)
+    yield from _loop_recurrences(modules, param_uses, by_site, owners, radius)
