@@ -257,7 +257,7 @@ def cmd_watch(args) -> int:
     from leaky.report.terminal import finding_renderable, print_report
     from leaky.script import ScriptError, run_script
     from leaky.store import StoreError
-    from leaky.watch import DEFAULT_EVERY, FailFast, Watch
+    from leaky.watch import DEFAULT_EVERY, Watch
 
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False)

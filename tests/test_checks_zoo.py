@@ -2,7 +2,6 @@
 healthy models (including the ones a naive tool would misread) stay quiet."""
 from __future__ import annotations
 
-import warnings
 
 import pytest
 

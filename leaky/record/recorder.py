@@ -6,7 +6,6 @@ after the configured number of steps.
 """
 from __future__ import annotations
 
-import gc
 import warnings
 from collections import defaultdict
 from typing import Any, Callable
@@ -17,7 +16,6 @@ from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
 from leaky.record.activations import ACTIVATIONS, UnitStats, hardtanh_bounds, unit_dim
-from leaky.record import distributed
 from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
@@ -25,6 +23,7 @@ from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.sites import SiteTable, SourceLocator
+from leaky.record.steps import StepTracking
 from leaky.fold import StatsBuilder
 from leaky.stats import AuditStats, CutEvent
 
@@ -34,15 +33,12 @@ _SELECTS = {"where", "masked_fill", "masked_fill_"}
 _DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
 
 
-_MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
-
-
 class StopObserving(BaseException):
     """Raised to end a script after its last observed step (BaseException: user
     `except Exception` blocks do not swallow it)."""
 
 
-class Recorder:
+class Recorder(StepTracking):
     """Records a run. `sample_every=None` observes every step in detail (an audit); an
     integer N observes every N-th step in detail and only the cheap monitor otherwise."""
 
@@ -265,235 +261,6 @@ class Recorder:
         event = self.cuts.get(key)
         if event is None:
             self.cuts[key] = CutEvent(kind, producer, self.modules.current, where, self.step)
-
-    # -- backward and steps ----------------------------------------------------------
-    def _on_tensor_backward(self, original, tensor, args, kwargs):
-        if not self.active:
-            return original(tensor, *args, **kwargs)
-        if self._backward_ends_step():
-            self.guarded(self._end_step)
-        self.guarded(self._note_backward, tensor)
-        return original(tensor, *args, **kwargs)
-
-    def _note_backward(self, tensor) -> None:
-        if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
-            loss = self._unscaled(tensor)
-            self.monitor.note_loss(loss)
-            if self.observing:
-                with torch._C.DisableTorchFunction(), torch.no_grad():
-                    self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
-            self._probe_old_grads()
-        self.backward_calls += 1
-        self._calls_since_step += 1
-
-    def _unscaled(self, loss: Tensor) -> Tensor:
-        """The loss itself when backward() is called on scaler.scale(loss) = loss * S."""
-        if type(loss.grad_fn).__name__ != "MulBackward0":
-            return loss
-        if self._scaler is None:
-            self._scaler = _live_grad_scaler() or False
-        scale = getattr(self._scaler, "_scale", None) if self._scaler else None
-        if scale is None or not self._scaler.is_enabled():
-            return loss
-        with torch._C.DisableTorchFunction(), torch.no_grad():
-            return loss.detach() / scale.to(loss.device).reshape(())
-
-    def _probe_old_grads(self) -> None:
-        """At each backward start, how much gradient each optimizer's parameters still hold.
-
-        NOTE: an optimizer's gradients were zeroed between two of its steps if any backward
-        in between started with them at zero (or None). Judged per optimizer, a GAN whose
-        generator backward starts while the discriminator's gradients are still there is
-        not mistaken for one that never zeroes.
-        """
-        for optimizer in self.optimizers:
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"]
-                     if p.grad is not None and not p.grad.is_sparse]
-            if not grads:
-                self._old_grads.setdefault(id(optimizer), []).append(0.0)
-                continue
-            with torch._C.DisableTorchFunction(), torch.no_grad():
-                norms = torch._foreach_norm(grads)
-                self._old_grads.setdefault(id(optimizer), []).append(torch.stack([n.float() for n in norms]).max())
-
-    def _note_old_grads(self, optimizer) -> None:
-        """Before an optimizer's step: the least gradient any backward since its last step
-        started from (0 when it was zeroed)."""
-        seen = self._old_grads.pop(id(optimizer), None)
-        if not seen or id(optimizer) not in self._stepped:
-            return
-        if any(isinstance(v, float) for v in seen):
-            self.buffer.extras["carried"] = torch.zeros(())
-        else:
-            with torch._C.DisableTorchFunction():
-                self.buffer.extras["carried"] = torch.stack(seen).min()
-
-    def _backward_ends_step(self) -> bool:
-        """Without an optimizer step seen, does a new backward call start a new step?
-
-        NOTE: gradient accumulation calls backward k times per optimizer step, and before
-        the first step we cannot tell it from a loop with no optimizer. So, once, look
-        for a live optimizer: if one exists its steps delimit the steps (with a cap that
-        keeps memory bounded if it is never stepped); if none does, each backward is a step.
-        """
-        if self.saw_optimizer or not self._calls_since_step:
-            return False
-        if self._optimizer_exists is None:
-            graded = {id(p) for p in self.builder.tracked_params() if p.grad is not None}
-            self._optimizer_exists = bool(graded) and _live_optimizer_over(graded)
-        return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
-
-    def _before_opt_step(self, optimizer, args, kwargs):
-        if not self.active:
-            return None
-        if optimizer not in self.optimizers:
-            self.optimizers.append(optimizer)
-            self.builder.note_optimizer(optimizer)
-        self.saw_optimizer = True
-        self.last_optimizer = optimizer
-        self._in_step = True
-        sampled = self.observing
-        if sampled:
-            self.guarded(self.updates.before_step, optimizer)
-            self.guarded(self._note_old_grads, optimizer)
-        self._stepped.add(id(optimizer))
-        self.observing = False   # the optimizer's own ops are not the model's
-        self._suspend_mode()
-        return self._observe_closure(args, kwargs, sampled)
-
-    def _observe_closure(self, args, kwargs, sampled: bool):
-        """optimizer.step(closure) runs forward and backward inside the step (Lightning,
-        LBFGS): observe the closure as the step's training code, not as optimizer internals."""
-        closure = kwargs.get("closure", args[0] if args else None)
-        if not callable(closure):
-            return None
-
-        def observed_closure(*a, **k):
-            if sampled and self.active and self.error is None:
-                self.observing = True
-                self._resume_mode()
-            try:
-                return closure(*a, **k)
-            finally:
-                self.observing = False
-                self._suspend_mode()
-
-        if "closure" in kwargs:
-            return args, {**kwargs, "closure": observed_closure}
-        return (observed_closure, *args[1:]), kwargs
-
-    def _after_opt_step(self, optimizer, args, kwargs) -> None:
-        if getattr(self, "_in_step", False):
-            self._in_step = False
-            sampled = bool(self.updates.params)
-            if sampled:
-                self.guarded(self._note_updates)
-            self.observing = sampled and self.error is None
-            self.guarded(self._end_step)
-
-    def _note_updates(self) -> None:
-        params, updates, weights = self.updates.after_step()
-        self._update_layout = ([id(p) for p in params], len(self.buffer.values))
-        self.buffer.values.extend(updates)
-        self.buffer.values.extend(weights)
-
-    def _suspend_mode(self) -> None:
-        """Leave the optimizer's many small ops alone: pop our mode if it is on top."""
-        stack = torch._C._len_torch_function_stack()
-        if self._mode_on and stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
-            self._mode.__exit__(None, None, None)
-            self._mode_on = False
-
-    def _resume_mode(self) -> None:
-        if not self._mode_on:
-            self._mode.__enter__()
-            self._mode_on = True
-
-    def _sample(self, on: bool) -> None:
-        """Observe the next step in detail (mode and node hooks on), or only cheaply."""
-        on = on and self.error is None and self.active
-        self.observing = on
-        self.grads.active = on
-        if on:
-            self._resume_mode()
-        else:
-            self._suspend_mode()
-
-    def _end_step(self) -> None:
-        if not self.backward_calls and not self.buffer.records:
-            return   # an optimizer step with no backward seen: nothing to fold
-        sampled = self.observing or bool(self.buffer.records)
-        if sampled:
-            self._flush()
-        self.monitor.end_step(self.step, self.last_optimizer if self.saw_optimizer else None)
-        if sampled or self.monitor.due():
-            self._flush_series()
-        self.step += 1
-        self._calls_since_step = 0
-        if self.on_step is not None:
-            self.on_step(self)
-        limit = self.config.steps
-        if limit is not None and self.builder.steps >= limit:
-            self._sample(False)
-            self.active = False
-            if self.on_limit is not None:
-                self.on_limit()
-            return
-        every = self.sample_every
-        self._sample(every is None or self.step < self.dense_steps or self.step % every == 0)
-
-    def _flush_series(self) -> None:
-        rows = self.monitor.flush()
-        self.builder.add_series(rows)
-        if self.on_series is not None and rows:
-            self.on_series(rows)
-
-    def _flush(self) -> None:
-        self._calls_since_step = 0
-        grads = self.builder.collect_param_grads(self.buffer)
-        updates, self._update_layout = getattr(self, "_update_layout", None), None
-        host = self.buffer.flush()
-        self.builder.add_step(self.step, host, grads, updates)
-        self.grads.forget_handles()
-        if distributed.running():
-            self._reduce_across_ranks()
-
-    def _reduce_across_ranks(self) -> None:
-        """Collectives on every rank at the same sampled step (DDP keeps ranks in step)."""
-        self.builder.global_units = distributed.reduce_units(self.units)
-        if not self.builder.remote_events_done:
-            events = distributed.gather_events(self.builder.local_event())
-            self.builder.note_rank_events(events)
-
-
-def _live_grad_scaler():
-    """An enabled torch.amp.GradScaler in this process, if any (one gc scan)."""
-    kinds = tuple(t for t in (getattr(torch.amp, "GradScaler", None),) if isinstance(t, type))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for obj in gc.get_objects():
-            try:
-                if kinds and isinstance(obj, kinds) and obj.is_enabled():
-                    return obj
-            except Exception:
-                continue
-    return None
-
-
-def _live_optimizer_over(param_ids: set[int]) -> bool:
-    """Whether a live optimizer holds one of these parameters (one gc scan)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # isinstance on lazy proxies may warn
-        for obj in gc.get_objects():
-            try:
-                if not isinstance(obj, torch.optim.Optimizer):
-                    continue
-                if any(id(p) in param_ids for group in obj.param_groups for p in group["params"]):
-                    return True
-            except Exception:
-                continue
-    return False
-
 
 def _plain(value):
     if isinstance(value, Tensor):
