@@ -6,6 +6,7 @@ reports read nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from leaky.finding import Source
@@ -205,11 +206,12 @@ class AuditStats:
     def empty(cls) -> "AuditStats":
         return cls(0, 0, False, (), (), (), (), (), (), (), ())
 
+    @cached_property
+    def _ops_by_site(self) -> dict[int, OpStats]:
+        return {op.site: op for op in self.ops}
+
     def op(self, site: int) -> OpStats | None:
-        for op in self.ops:
-            if op.site == site:
-                return op
-        return None
+        return self._ops_by_site.get(site)
 
 
 def thin(profile: tuple[float, ...], most: int = 64) -> tuple[float, ...]:

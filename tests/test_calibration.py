@@ -151,3 +151,28 @@ def test_autograd_backward_without_tensor_backward_is_still_observed():
             opt.step()
     assert audit.stats.steps == 3
     assert all(p.grad_steps == 3 for p in audit.stats.params)
+
+
+def test_a_square_input_weight_is_not_mistaken_for_the_recurrent_one():
+    class Loop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w_ih = nn.Parameter(0.1 * torch.eye(4))
+            q, _ = torch.linalg.qr(torch.randn(4, 4))
+            self.w_hh = nn.Parameter(0.6 * q)
+            self.head = nn.Linear(4, 3)
+
+        def forward(self, x):
+            h = x.new_zeros(x.shape[0], 4)
+            for t in range(x.shape[1]):
+                h = torch.tanh(x[:, t] @ self.w_ih + h @ self.w_hh)   # two matmuls, one line
+            return self.head(h)
+
+    torch.manual_seed(0)
+    model = Loop()
+    gen = torch.Generator().manual_seed(0)
+    audit = _train(model, lambda s: (torch.randn(8, 30, 4, generator=gen), torch.randint(0, 3, (8,), generator=gen)),
+                   steps=3, lr=1e-2)
+    (rec,) = audit.stats.recurrences
+    assert rec.param == "w_hh" and len(rec.profile) == 30
+    assert audit.report.by_code("LK105") == []

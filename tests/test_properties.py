@@ -41,7 +41,7 @@ def _examples(n: int) -> int:
 
 def _settings(n: int):
     return settings(max_examples=_examples(n), deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 # -- the spec -------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def _close(got: float | None, want: float) -> bool:
     return got is not None and math.isclose(got, want, rel_tol=1e-4)
 
 
-@_settings(30)
+@_settings(40)
 @given(spec=specs())
 def test_recorded_gradients_equal_autograd(spec):
     note(repr(spec))
@@ -298,7 +298,7 @@ def test_recorded_gradients_equal_autograd(spec):
 
 
 # -- c) healthy models: no errors -------------------------------------------------------------
-@_settings(30)
+@_settings(40)
 @given(spec=specs(healthy=True))
 def test_healthy_models_have_no_errors(spec):
     note(repr(spec))

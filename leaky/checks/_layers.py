@@ -1,11 +1,25 @@
 """Which nonlinearity follows a layer: LK302 and LK303 both need it."""
 from __future__ import annotations
 
+import bisect
 import math
 
 from leaky.stats import ActivationStats, AuditStats
 
 _LAYER_OPS = {"linear", "conv1d", "conv2d", "conv3d", "bilinear"}
+
+
+def _order(stats: AuditStats):
+    """(sorted layer positions, sorted activation positions, activations): built once per
+    AuditStats, so looking up every layer stays O(n log n) on 10,000-module models."""
+    cached = stats.__dict__.get("_layer_order")
+    if cached is None:
+        layers = sorted(op.first_seq for op in stats.ops if op.op in _LAYER_OPS)
+        acts = sorted(((stats.op(a.site).first_seq, i) for i, a in enumerate(stats.activations)
+                       if stats.op(a.site) is not None))
+        cached = (layers, [seq for seq, _ in acts], [stats.activations[i] for _, i in acts])
+        object.__setattr__(stats, "_layer_order", cached)   # a cache on a frozen record
+    return cached
 
 
 def following_activation(stats: AuditStats, site: int) -> ActivationStats | None:
@@ -14,14 +28,13 @@ def following_activation(stats: AuditStats, site: int) -> ActivationStats | None
     layer = stats.op(site)
     if layer is None:
         return None
-    later_layers = [op.first_seq for op in stats.ops if op.op in _LAYER_OPS and op.first_seq > layer.first_seq]
-    limit = min(later_layers, default=math.inf)
-    best, best_seq = None, math.inf
-    for act in stats.activations:
-        op = stats.op(act.site)
-        if op is not None and layer.first_seq < op.first_seq < min(limit, best_seq):
-            best, best_seq = act, op.first_seq
-    return best
+    layers, act_seqs, acts = _order(stats)
+    next_layer = bisect.bisect_right(layers, layer.first_seq)
+    limit = layers[next_layer] if next_layer < len(layers) else math.inf
+    index = bisect.bisect_right(act_seqs, layer.first_seq)
+    if index < len(acts) and act_seqs[index] < limit:
+        return acts[index]
+    return None
 
 
 def expected_std(family: str | None, fan_in: int, fan_out: int) -> tuple[float, str]:

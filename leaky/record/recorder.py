@@ -191,8 +191,26 @@ class Recorder(StepTracking):
             self._update_units(first_site, activation, out, detail, args)
         if op in _MATMULS:
             for param in parameters_in(args):
-                if param.ndim == 2 and param.shape[0] == param.shape[1]:
+                if param.ndim == 2 and param.shape[0] == param.shape[1] and self._feeds_back(args, first_site):
                     self.param_uses[id(param)].add(first_site)
+
+    def _feeds_back(self, args: tuple, site: int, depth: int = 6) -> bool:
+        """Whether this matmul's activation input was computed from an earlier run of the
+        same site: the mark of a recurrence h_t = f(h_{t-1} @ W), not of x_t @ W_ih."""
+        frontier = [a.grad_fn for a in args if isinstance(a, Tensor) and not isinstance(a, nn.Parameter)
+                    and a.grad_fn is not None]
+        seen = set()
+        for _ in range(depth):
+            following = []
+            for node in frontier:
+                if node is None or id(node) in seen or leads_to_param(node):
+                    continue
+                seen.add(id(node))
+                if node.metadata.get(self._mark) == site:
+                    return True
+                following.extend(fn for fn, _ in node.next_functions)
+            frontier = following
+        return False
 
     def _detail(self, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
         if op in ("softmax", "log_softmax") and args and isinstance(args[0], Tensor):
