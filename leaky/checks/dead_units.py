@@ -15,7 +15,7 @@ import statistics
 from leaky.checks import register
 from leaky.checks._util import pct, severity_above
 from leaky.config import AuditConfig
-from leaky.finding import Finding
+from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
 _SPIKE = 10.0     # a gradient norm or update this many times its median is "a spike"
@@ -59,6 +59,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         share = act.dead_units / act.units
         severity = severity_above(share, config.dead_warning, config.dead_error)
+        if severity is None and share >= config.dead_info:
+            severity = Severity.INFO
         if severity is None:
             continue
         died = sorted(act.died_steps)

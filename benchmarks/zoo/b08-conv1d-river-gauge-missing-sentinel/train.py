@@ -19,7 +19,7 @@ def load_gauge_records(n, seed=2):
     level = 1.5 + 0.02 * (rain * kernel).sum(1) + 0.05 * torch.randn(n, generator=g)
     upstream = torch.cumsum(rain, 1) / WINDOW + 0.1 * torch.randn(n, WINDOW, generator=g)
     features = torch.stack([rain, upstream], dim=1)
-    outage = torch.rand(n, generator=g) < 0.003
+    outage = torch.rand(n, generator=g) < 0.005
     level[outage] = MISSING
     return features, level
 
@@ -34,7 +34,7 @@ class GaugeCNN(nn.Module):
             nn.ReLU(),
             nn.AdaptiveAvgPool1d(4),
         )
-        self.regressor = nn.Sequential(nn.Flatten(), nn.Linear(32 * 4, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.regressor = nn.Sequential(nn.Flatten(), nn.Linear(32 * 4, 1))
 
     def forward(self, x):
         return self.regressor(self.features(x)).squeeze(-1)

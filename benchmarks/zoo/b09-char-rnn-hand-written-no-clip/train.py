@@ -7,10 +7,11 @@ import torch.nn.functional as F
 random.seed(42)
 torch.manual_seed(42)
 
-HIDDEN_SIZE = 256
-SEQ_LENGTH = 25
-LEARNING_RATE = 1e-1
-N_ITERATIONS = 150
+HIDDEN_SIZE = 128
+SEQ_LENGTH = 50
+BATCH_SIZE = 32
+LEARNING_RATE = 2e-3
+N_ITERATIONS = 120
 
 
 def build_corpus(n_sentences=400):
@@ -28,22 +29,28 @@ class CharRNN(nn.Module):
     def __init__(self, vocab_size, hidden_size):
         super().__init__()
         self.hidden_size = hidden_size
-        self.W_xh = nn.Parameter(torch.randn(vocab_size, hidden_size) * 0.1)
-        self.W_hh = nn.Parameter(torch.randn(hidden_size, hidden_size) * 0.1)
-        self.W_hy = nn.Parameter(torch.randn(hidden_size, vocab_size) * 0.1)
+        self.W_xh = nn.Parameter(torch.empty(vocab_size, hidden_size))
+        self.W_hh = nn.Parameter(torch.empty(hidden_size, hidden_size))
+        self.W_hy = nn.Parameter(torch.empty(hidden_size, vocab_size))
         self.b_h = nn.Parameter(torch.zeros(hidden_size))
         self.b_y = nn.Parameter(torch.zeros(vocab_size))
+        for p in (self.W_xh, self.W_hh, self.W_hy):
+            nn.init.kaiming_normal_(p, nonlinearity="tanh")
 
-    def forward(self, inputs, h):
+    def forward(self, inputs, h=None):
+        seq_len, batch, _ = inputs.shape
+        if h is None:
+            h = inputs.new_zeros(batch, self.hidden_size)
         logits = []
-        for x_t in inputs:
-            h = torch.tanh(x_t @ self.W_xh + h @ self.W_hh + self.b_h)
+        for t in range(seq_len):
+            h = torch.tanh(inputs[t] @ self.W_xh + h @ self.W_hh + self.b_h)
             logits.append(h @ self.W_hy + self.b_y)
         return torch.stack(logits), h
 
 
-def sample(model, h, seed_ix, n, vocab_size):
+def sample(model, seed_ix, n, vocab_size):
     x = F.one_hot(torch.tensor([seed_ix]), vocab_size).float()
+    h = None
     out = []
     with torch.no_grad():
         for _ in range(n):
@@ -52,6 +59,13 @@ def sample(model, h, seed_ix, n, vocab_size):
             x = F.one_hot(torch.tensor([ix]), vocab_size).float()
             out.append(ix)
     return out
+
+
+def get_batch(encoded, vocab_size):
+    starts = torch.randint(0, len(encoded) - SEQ_LENGTH - 1, (BATCH_SIZE,))
+    chunks = torch.stack([encoded[s:s + SEQ_LENGTH + 1] for s in starts.tolist()], dim=1)
+    inputs = F.one_hot(chunks[:-1], vocab_size).float()
+    return inputs, chunks[1:]
 
 
 def main():
@@ -64,32 +78,20 @@ def main():
     print(f"data has {len(data)} characters, {vocab_size} unique")
 
     model = CharRNN(vocab_size, HIDDEN_SIZE)
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=LEARNING_RATE)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
 
-    p = 0
-    h = torch.zeros(1, HIDDEN_SIZE)
-    smooth_loss = -torch.log(torch.tensor(1.0 / vocab_size)).item() * SEQ_LENGTH
     for n in range(N_ITERATIONS):
-        if p + SEQ_LENGTH + 1 >= len(encoded):
-            h = torch.zeros(1, HIDDEN_SIZE)
-            p = 0
-        inputs = F.one_hot(encoded[p:p + SEQ_LENGTH], vocab_size).float().unsqueeze(1)
-        targets = encoded[p + 1:p + SEQ_LENGTH + 1]
-
-        logits, h_last = model(inputs, h.detach())
-        loss = F.cross_entropy(logits.squeeze(1), targets, reduction="sum")
+        inputs, targets = get_batch(encoded, vocab_size)
+        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        h = h_last
-
-        smooth_loss = smooth_loss * 0.9 + loss.item() * 0.1
-        if n % 25 == 0:
-            print(f"iter {n}, loss: {smooth_loss:.3f}")
-        if n % 75 == 0:
-            txt = "".join(ix_to_char[i] for i in sample(model, h.detach(), encoded[p].item(), 60, vocab_size))
+        if n % 10 == 0:
+            print(f"iter {n}, loss: {loss.item():.3f}")
+        if n % 60 == 0:
+            txt = "".join(ix_to_char[i] for i in sample(model, char_to_ix["t"], 60, vocab_size))
             print(f"----\n{txt}\n----")
-        p += SEQ_LENGTH
 
 
 if __name__ == "__main__":
