@@ -19,6 +19,7 @@ from leaky.stats import AuditStats
 
 _EXPLAINS = ("LK107", "LK202", "LK104", "LK105", "LK203")
 _GROWTH = 4.0     # oscillation: the spread of the last quarter over the first
+_MIN_SWING = 0.01  # ... and the last quarter's swings must be at least 1% of the loss
 
 
 @register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
@@ -53,7 +54,11 @@ def _oscillation(stats: AuditStats) -> float | None:
     swings = [abs(b - a) for a, b in zip(losses, losses[1:])]
     quarter = len(swings) // 4
     first, last = statistics.median(swings[:quarter]), statistics.median(swings[-quarter:])
-    return last / first if first > 0 else None
+    level = statistics.mean(abs(v) for v in losses)
+    # NOTE: growth of swings that stay within 1% of the loss is noise around a plateau.
+    if first <= 0 or last < _MIN_SWING * level:
+        return None
+    return last / first
 
 
 def _finding(severity, message, found, step, evidence) -> Finding:

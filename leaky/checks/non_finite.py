@@ -52,20 +52,22 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                      key=lambda e: (e.step, e.phase == "backward"))
     if not ordered:
         return []
+    # NOTE: only the earliest event is the origin; a later one elsewhere (a weight gradient
+    # that picked up the NaN the forward pass already made) is its consequence.
     first = ordered[0]
     other = ordered[1] if len(ordered) > 1 else None
     same_place = other is not None and _place(other) == _place(first)
-    findings = [_finding(first, other if same_place else None)]
-    if other is not None and not same_place and other.step == first.step:
-        findings.append(_finding(other, None))
-    return findings
+    then = None
+    if other is not None and not same_place:
+        then = {"phase": other.phase, "op": other.op.op, "module": other.op.module, "step": other.step}
+    return [_finding(first, other if same_place else None, then)]
 
 
 def _place(event: NonFinite):
     return event.op.module, event.op.source
 
 
-def _finding(event: NonFinite, twin: NonFinite | None) -> Finding:
+def _finding(event: NonFinite, twin: NonFinite | None, then: dict | None = None) -> Finding:
     op = event.op
     math_line, fix = _explain(op)
     value = event.value if event.value in ("nan", "inf") else "NaN/Inf"
@@ -80,7 +82,8 @@ def _finding(event: NonFinite, twin: NonFinite | None) -> Finding:
         message += f" Its {other} was non-finite too (step {twin.step})."
     if event.rank is not None:
         message += f" It happened on rank {event.rank}'s data; the other ranks got it through DDP's all-reduce."
-    evidence = {"phase": phase, "node": op.node, "value": value, "step": event.step, "rank": event.rank}
+    evidence = {"phase": phase, "node": op.node, "value": value, "step": event.step, "rank": event.rank,
+                "then": then}
     return Finding("non-finite", "LK107", Severity.ERROR, message, fix, op.module, op.op, op.source,
                    event.step, evidence)
 

@@ -62,7 +62,8 @@ def _judge(rec: RecurrenceStats, config: AuditConfig) -> Finding | None:
     if severity is None:
         return None
     steps = len(rec.profile) if rec.profile else 0
-    trend = (f"the gradient reaching time step 0 is {num(growth)}× the one at step {steps - 1}"
+    ratio = num(growth) if growth else "< 1e-38"   # 0: underflowed in float32
+    trend = (f"the gradient reaching time step 0 is {ratio}× the one at step {steps - 1}"
              if growth is not None else "the per-time-step profile is unavailable")
     message = (f"{rec.module}.{rec.param} has spectral radius ρ = {rho:.3g}; backprop through time "
                f"multiplies by W_hhᵀ·diag(f′) each step, so the gradient {what} over {steps} steps: "

@@ -54,10 +54,12 @@ def _orphan(module, params, stats: AuditStats) -> Finding:
 
 def _unchanged(module, params) -> Finding:
     steps = params[0].graded_update_steps
-    message = (f"{_names(params)} are in the optimizer and received a nonzero gradient in each of "
-               f"{steps} sampled steps, yet optimizer.step() left them exactly unchanged: "
-               "w_new = w - lr·step(g) = w means their group's lr is 0 (or a scheduler set it there), or so "
-               "small that the update rounds away next to the weight (below ~6e-8 of it in float32).")
+    grad = max(p.grad_norm or 0.0 for p in params)
+    message = (f"{_names(params)} are in the optimizer and received a nonzero gradient (norm up to "
+               f"{grad:.2g}) in each of {steps} sampled steps, yet optimizer.step() left them exactly "
+               "unchanged: w_new = w - lr·step(g) = w means their group's lr is 0 (or a scheduler set it "
+               "there), or lr·g is so small it rounds away next to the weight (below ~6e-8 of it in "
+               "float32) — a vanishing gradient does that (see LK103 if reported).")
     fix = ("Check the learning rate of their param group (optimizer.param_groups[i]['lr']) and the "
            "scheduler; freeze on purpose with requires_grad_(False) instead of lr = 0.")
     return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, module, None, None, None,

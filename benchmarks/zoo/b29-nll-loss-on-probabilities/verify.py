@@ -1,0 +1,89 @@
+"""Softmax probabilities into NLLLoss: the loss is -p_y, its gradient on the target logit is -p_y(1-p_y) instead of p_y - 1, so learning is several times slower. Fix: log_softmax."""
+import contextlib
+import io
+import pathlib
+import sys
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+SRC = (HERE / "train.py").read_text()
+
+
+def patch(src, old, new):
+    """Replace one exact snippet of train.py (fails loudly if the script changed)."""
+    assert src.count(old) == 1, f"snippet not found exactly once: {old!r}"
+    return src.replace(old, new)
+
+
+def run(src):
+    """Execute a (possibly patched) train.py as __main__, quietly; return its globals.
+    `_initial` maps id(param) -> the value the parameter had at its module's first forward."""
+    initial = {}
+
+    def snapshot(module, args):
+        for p in module.parameters():
+            if id(p) not in initial:
+                initial[id(p)] = p.detach().clone()
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(snapshot)
+    ns = {"__name__": "__main__", "__file__": str(HERE / "train.py")}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(src, str(HERE / "train.py"), "exec"), ns)
+    finally:
+        handle.remove()
+    ns["_initial"] = initial
+    return ns
+
+
+def change(ns, params):
+    """Largest absolute change of any element of `params` since their first forward."""
+    return max((p.detach().float() - ns["_initial"][id(p)].float()).abs().max().item() for p in params)
+
+
+def mean(xs):
+    xs = list(xs)
+    return sum(xs) / len(xs)
+
+
+def verdict(symptom, fixed, details):
+    for line in details:
+        print(line)
+    print(f"symptom reproduced: {symptom}")
+    print(f"fix removes it:     {fixed}")
+    ok = bool(symptom and fixed)
+    print("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+import torch.nn.functional as F
+
+short = patch(SRC, "range(150)", "range(40)")
+fix_src = patch(short, "return F.softmax(logits, dim=-1)", "return F.log_softmax(logits, dim=-1)")
+
+# gradient that reaches the target logit at initialisation, same model and batch for both losses
+ns = run(patch(short, "range(40)", "range(0)"))
+torch.manual_seed(0)
+model = ns["IntentClassifier"]()
+tokens, intents = ns["make_utterances"](256, seed=3)
+out = model.rnn(model.embedding(tokens))[0]
+logits = model.proj(out.max(dim=1).values).detach().requires_grad_()
+g_bug = torch.autograd.grad(F.nll_loss(F.softmax(logits, -1), intents), logits)[0]
+g_fix = torch.autograd.grad(F.nll_loss(F.log_softmax(logits, -1), intents), logits)[0]
+pick = torch.arange(len(intents)), intents
+grad_ratio = (g_bug[pick].abs().mean() / g_fix[pick].abs().mean()).item()
+
+
+def test_accuracy(ns):
+    x, y = ns["make_utterances"](400, seed=2)
+    with torch.no_grad():
+        return (ns["model"](x).argmax(-1) == y).float().mean().item()
+
+
+bug, fix = run(short), run(fix_src)
+bug_acc, fix_acc = test_accuracy(bug), test_accuracy(fix)
+verdict(max(bug["history"]) < 0 and grad_ratio < 0.3 and bug_acc < fix_acc,
+        min(fix["history"]) > 0 and fix_acc > bug_acc + 0.1,
+        [f"training loss range: bug [{min(bug['history']):.3f}, {max(bug['history']):.3f}] (negative: -p_y), "
+         f"fix [{min(fix['history']):.3f}, {max(fix['history']):.3f}]",
+         f"|dL/d logit_target| at init, NLL(softmax) / cross-entropy: {grad_ratio:.3f}",
+         f"test accuracy after 40 steps: bug {bug_acc:.3f}, fix {fix_acc:.3f}"])
