@@ -104,8 +104,10 @@ class StatsBuilder:
         self.sample_steps: deque[int] = deque(maxlen=SERIES_LIMIT)   # steps observed in detail
         self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))  # param -> (step, ratio, grad)
         self.zero_weight_step: dict[int, int] = {}   # param -> last step it was exactly 0
-        self.carried_steps = 0        # sampled steps whose first backward found old gradients
-        self.carry_checked = 0
+        # per optimizer (index): sampled steps checked, and those whose backward calls all
+        # started from the previous step's gradients
+        self.carry_checked: dict[int, int] = defaultdict(int)
+        self.carried_steps: dict[int, int] = defaultdict(int)
         self.nonfinite: dict[str, tuple[int, int, str]] = {}
         self.first_bad_step: int | None = None   # first step with a NaN/Inf anywhere
         self.first_rms: dict[int, float] = {}    # site -> forward output RMS, first clean step
@@ -160,9 +162,11 @@ class StatsBuilder:
     def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int], updates=None) -> None:
         self.steps += 1
         self.sample_steps.append(step)
-        if "carried" in host.extras:
-            self.carry_checked += 1
-            self.carried_steps += bool(host.extras["carried"] > 0)
+        for key, value in host.extras.items():
+            if key.startswith("carried:"):
+                index = int(key.split(":")[1])
+                self.carry_checked[index] += 1
+                self.carried_steps[index] += bool(value > 0)
         per_site = self._per_site(host)
         forward_bad = self._forward_nonfinite(step, host)
         backward_bad = self._backward_nonfinite(step, host)
@@ -291,7 +295,7 @@ class StatsBuilder:
 
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
-              backward_calls: int, probes, function_checks: dict) -> AuditStats:
+              backward_calls: int, probes, function_checks: dict, idle_optimizer: bool = False) -> AuditStats:
         from leaky.record.recurrence import RadiusCache, find_recurrences  # local: imports stats
 
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
@@ -305,7 +309,7 @@ class StatsBuilder:
                           for phase, (step, site, value) in sorted(self.nonfinite.items(), reverse=True))
         nonfinite = self._with_rank_events(nonfinite)
         name = self.modules.name
-        cut_list = tuple(Cut(c.kind, name(c.producer), name(c.module), _source(c.where), c.step)
+        cut_list = tuple(Cut(c.kind, tuple(name(k) for k in c.producer), name(c.module), _source(c.where), c.step)
                          for c in cuts.values())
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         ran = frozenset(op.module for op in ops if op.module is not None)
@@ -318,7 +322,18 @@ class StatsBuilder:
                           recurrences, nonfinite, cut_list, tuple(losses), tuple(grad_norms),
                           types, ran, self.clean_steps, losses_seen, inputs, weights,
                           tuple(self._function_stats(function_checks)), scaler, series, tuple(self.sample_steps),
-                          self.carried_steps, self.carry_checked)
+                          dict(self.carried_steps), dict(self.carry_checked), self._optimizer_modules(optimizers),
+                          idle_optimizer)
+
+    def _optimizer_modules(self, optimizers: list) -> dict[int, list[str]]:
+        """For each optimizer (index), the modules whose parameters it holds."""
+        owners = self._owners()
+        result = {}
+        for index, optimizer in enumerate(optimizers):
+            names = {self.modules.name(owners[id(p)][0]) for g in optimizer.param_groups for p in g["params"]
+                     if id(p) in owners}
+            result[index] = sorted(n for n in names if n)
+        return result
 
     def _with_rank_events(self, local: tuple) -> tuple:
         """Distributed: the earliest origin over all ranks replaces later local echoes."""
@@ -349,7 +364,8 @@ class StatsBuilder:
             module, source = self._where(site)
             losses.append(LossStats(site, probe.op, probe.expects, module, source, probe.input_node,
                                     probe.input_site, probe.input_shape, probe.target_shape, probe.target_dtype, values["low"],
-                                    values["high"], values["target_integral"], probe.failed, probe.detail))
+                                    values["high"], values["target_integral"], probe.failed, probe.detail,
+                                    values["target_low"], values["target_high"]))
         inputs = []
         for site, probe in probes.inputs.items():
             mean, std = probe.host()

@@ -16,8 +16,9 @@ from leaky.finding import Source
 class CutEvent:
     """A place where a tensor leaves the autograd graph."""
 
-    kind: str                  # "detach" | "data" | "numpy" | "item" | "tolist" | "no_grad"
-    producer: int | None       # module key of the module that produced the cut tensor
+    kind: str                  # "detach" | "data" | "numpy" | "item" | "tolist" | "no_grad" |
+                               # "nondiff:<op>" | "leaf_loss"
+    producer: tuple            # module keys of the modules that produced the cut tensor, nearest first
     module: int | None         # module key running when the cut happened
     where: tuple[str, int] | None
     step: int
@@ -109,7 +110,7 @@ class NonFinite:
 @dataclass(frozen=True)
 class Cut:
     kind: str
-    producer: str | None
+    producer: tuple[str | None, ...]
     module: str | None
     source: Source | None
     step: int
@@ -134,6 +135,8 @@ class LossStats:
     target_integral: bool | None  # float targets that were all whole numbers
     failed: str | None            # the call raised: its message
     detail: dict[str, Any] = field(default_factory=dict)
+    target_low: float | None = None   # float targets' range
+    target_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,10 @@ class AuditStats:
     loss_scaler: dict | None = None   # a live, enabled GradScaler: {"scale": float}; None if none
     series: tuple[tuple[int, float | None, float | None, float | None], ...] = ()  # (step, loss, grad norm, lr)
     sample_steps: tuple[int, ...] = ()   # the steps observed in detail
-    carried_steps: int = 0        # sampled steps whose first backward found last step's gradients
-    carry_checked: int = 0
+    carried_steps: dict[int, int] = field(default_factory=dict)   # per optimizer: steps that kept old grads
+    carry_checked: dict[int, int] = field(default_factory=dict)   # per optimizer: steps checked
+    optimizer_modules: dict[int, list[str]] = field(default_factory=dict)   # per optimizer: its modules
+    idle_optimizer: bool = False  # a live optimizer holds the trained parameters but never stepped
 
     @classmethod
     def empty(cls) -> "AuditStats":

@@ -20,16 +20,28 @@ _MIN_STEPS = 3
 
 @register("LK203", "gradient-accumulation", "gradients are never zeroed between steps")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
-    if not stats.used_optimizer or stats.carry_checked < _MIN_STEPS or stats.carried_steps < stats.carry_checked:
+    if not stats.used_optimizer:
         return []
+    findings = []
+    for index, checked in sorted(stats.carry_checked.items()):
+        carried = stats.carried_steps.get(index, 0)
+        if checked >= _MIN_STEPS and carried == checked:
+            findings.append(_finding(stats, index, checked))
+    return findings
+
+
+def _finding(stats: AuditStats, index: int, checked: int) -> Finding:
+    modules = stats.optimizer_modules.get(index, [])
+    which = f"optimizer #{index + 1}" + (f" (over {', '.join(modules[:4])})" if modules else "")
     norms = [n for n in stats.grad_norms if n is not None]
     ramp = norms[-1] / norms[0] if len(norms) > 1 and norms[0] else None
     grown = f"; the total gradient norm went from {num(norms[0])} to {num(norms[-1])}" if ramp else ""
-    message = (f"in all {stats.carry_checked} sampled steps the first backward() found the previous step's "
-               f"gradients still in .grad, so backward() added to them (p.grad += ∂L/∂p) and every step "
+    message = (f"for {which}, in all {checked} sampled steps every backward() started from the previous "
+               f"step's gradients still in .grad, so backward() added to them (p.grad += ∂L/∂p) and each step "
                f"used the sum of all earlier gradients{grown}.")
-    fix = ("Call optimizer.zero_grad() once per optimizer step (before backward, or right after step). "
+    fix = ("Call this optimizer's zero_grad() once per optimizer step (before backward, or right after step). "
            "To accumulate over k micro-batches on purpose, zero every k steps.")
-    return [Finding("gradient-accumulation", "LK203", Severity.ERROR, message, fix, None, None, None, None,
-                    {"steps_checked": stats.carry_checked, "steps_with_old_gradients": stats.carried_steps,
-                     "grad_norm_ratio_last_first": ramp})]
+    return Finding("gradient-accumulation", "LK203", Severity.ERROR, message, fix,
+                   modules[0] if len(modules) == 1 else None, None, None, None,
+                   {"optimizer": index, "modules": modules, "steps_checked": checked,
+                    "grad_norm_ratio_last_first": ramp})

@@ -58,6 +58,21 @@ def _dim_over_batch(loss: LossStats, stats: AuditStats) -> bool:
             and op.detail.get("dim") in (0, -len(loss.input_shape)))
 
 
+_BOUNDED = {"SigmoidBackward": (0.0, 1.0), "TanhBackward": (-1.0, 1.0), "SoftmaxBackward": (0.0, 1.0),
+            "HardtanhBackward": (-1.0, 1.0)}
+
+
+def _unreachable(loss: LossStats) -> tuple[float, float] | None:
+    """A bounded output regressed onto targets outside its range: the bounds, else None."""
+    if loss.op not in _REGRESSION or loss.target_low is None or not loss.input_node:
+        return None
+    bounds = _BOUNDED.get(loss.input_node.rstrip("0123456789"))
+    if bounds is None:
+        return None
+    low, high = bounds
+    return bounds if loss.target_low < low - 1e-6 or loss.target_high > high + 1e-6 else None
+
+
 RULES = (
     Rule(lambda loss, _: loss.op in _LOGIT_LOSSES and _made_by(loss, _NORMALISERS), Severity.ERROR,
          lambda loss: (f"{loss.op} applies its own normalisation, but its input already went through "
@@ -105,6 +120,13 @@ RULES = (
                        f"{list(loss.target_shape)}: every prediction is compared with every target, not "
                        "with its own."),
          "Make the shapes match, e.g. pred.squeeze(-1) or target.unsqueeze(-1).", at_loss=True),
+    Rule(lambda loss, _: _unreachable(loss) is not None, Severity.ERROR,
+         lambda loss: (f"{loss.op} regresses the output of {_norm_name(loss)}, which lies in "
+                       f"[{_unreachable(loss)[0]:g}, {_unreachable(loss)[1]:g}], onto targets in "
+                       f"[{num(loss.target_low)}, {num(loss.target_high)}]: it can never reach them, and the "
+                       f"closer it gets to its bound the flatter {_norm_name(loss)} becomes (its derivative → 0)."),
+         "Drop the squashing on the output layer (a plain Linear for regression), or scale the targets into "
+         "the output's range."),
     Rule(lambda loss, _: _made_by(loss, ("SoftmaxBackward", "LogSoftmaxBackward")) and loss.input_shape
          and loss.input_shape[-1] == 1, Severity.ERROR,
          lambda loss: (f"the {loss.op} input is a softmax over a dimension of size 1: it is constant "

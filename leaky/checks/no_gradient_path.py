@@ -24,8 +24,14 @@ _CUT_TEXT = {
     "tolist": (".tolist()", "Keep the values as a tensor; .tolist() leaves the graph."),
     "no_grad": ("torch.no_grad()", "Move this call out of the torch.no_grad() block, or freeze these "
                 "parameters on purpose with requires_grad_(False) and drop them from the optimizer."),
+    "nondiff": ("an op with no gradient", "This op's output carries no gradient (a comparison, argmax, "
+                "rounding to an integer dtype): use a differentiable surrogate (e.g. the soft value "
+                "sigmoid(x) instead of (sigmoid(x) > 0.5).float()) on the path to the loss."),
+    "leaf_loss": ("backward() on a leaf tensor", "The tensor passed to backward() has no graph behind it "
+                  "(setting loss.requires_grad = True hides the cut): find where the graph was cut before "
+                  "the loss and keep the loss a function of the model's outputs."),
 }
-_ORDER = ("detach", "data", "numpy", "item", "tolist", "no_grad")
+_ORDER = ("detach", "data", "numpy", "item", "tolist", "no_grad", "nondiff", "leaf_loss")
 
 
 @register("LK108", "no-gradient-path", "trainable parameters that receive no gradient")
@@ -52,11 +58,27 @@ def _related(a: str | None, b: str | None) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
+def _kind(cut: Cut) -> str:
+    return cut.kind.split(":")[0]
+
+
 def _find_cut(module: str | None, stats: AuditStats) -> Cut | None:
-    candidates = [c for c in stats.cuts
-                  if _related(c.producer, module) or (c.kind == "no_grad" and _related(c.module, module))]
-    candidates.sort(key=lambda c: (_ORDER.index(c.kind), -(c.producer == module)))
+    def related(cut: Cut) -> bool:
+        if _kind(cut) == "leaf_loss":
+            return True   # nothing before the loss gets a gradient
+        if cut.kind == "no_grad":
+            return _related(cut.module, module)
+        return any(_related(producer, module) for producer in cut.producer)
+
+    candidates = [c for c in stats.cuts if related(c)]
+    candidates.sort(key=lambda c: (_ORDER.index(_kind(c)), -(module in c.producer)))
     return candidates[0] if candidates else None
+
+
+def _cleared(module: str | None, stats: AuditStats) -> bool:
+    """backward() sent gradients toward this module's parameters, yet .grad was None at
+    every step: something cleared them in between (zero_grad between backward and step)."""
+    return any(op.module == module and op.grad_param for op in stats.ops)
 
 
 def _finding(module: str | None, params, stats: AuditStats) -> Finding:
@@ -66,9 +88,17 @@ def _finding(module: str | None, params, stats: AuditStats) -> Finding:
     head = (f"{names} ({count} values, trainable) received no gradient in any of the "
             f"{stats.steps} observed steps")
     if cut is not None:
-        what, fix = _CUT_TEXT[cut.kind]
+        what, fix = _CUT_TEXT[_kind(cut)]
+        if _kind(cut) == "nondiff":
+            what = f"{cut.kind.split(':')[1]}, whose output has no gradient"
         message = f"{head}: the path to the loss is cut by {what} here."
         source, op = cut.source, cut.kind
+    elif _cleared(module, stats):
+        message = (f"{head}: backward() did compute gradients for them, but .grad was empty again when "
+                   "optimizer.step() ran, so something cleared it in between.")
+        fix = ("Call optimizer.zero_grad() before loss.backward() (or after optimizer.step()), never between "
+               "backward() and step().")
+        source, op = None, "cleared"
     elif module in stats.modules_ran:
         message = f"{head}: {module} runs in forward, but its output never reaches the loss (an unused branch)."
         fix = "Use this module's output in the loss, or remove it (and its parameters) from the optimizer."

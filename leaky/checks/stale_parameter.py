@@ -20,6 +20,8 @@ _MIN_STEPS = 2
 
 @register("LK201", "stale-parameter", "gets a gradient, but the optimizer never changes it")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    if stats.idle_optimizer:
+        return [_idle(stats)]
     if not stats.used_optimizer:
         return []
     orphans: dict[str | None, list[ParamStats]] = defaultdict(list)
@@ -34,6 +36,19 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = [_orphan(module, params, stats) for module, params in orphans.items()]
     findings += [_unchanged(module, params) for module, params in unchanged.items()]
     return findings
+
+
+def _idle(stats: AuditStats) -> Finding:
+    graded = [p for p in stats.params if p.grad_steps]
+    modules = sorted({p.module for p in graded if p.module})
+    message = (f"backward() ran {stats.backward_calls} times and an optimizer holds the parameters that got "
+               f"gradients ({', '.join(modules[:4]) or 'the model'}), but optimizer.step() never ran, so no "
+               "weight ever changed.")
+    fix = ("Call optimizer.step() after loss.backward() — with the parentheses: `optimizer.step` alone "
+           "only names the method.")
+    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, None, None, None, None,
+                   {"cause": "optimizer never stepped", "backward_calls": stats.backward_calls,
+                    "modules": modules})
 
 
 def _names(params) -> str:

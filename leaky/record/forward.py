@@ -51,6 +51,8 @@ class LossProbe:
     low: Tensor | None = None               # smallest input value seen
     high: Tensor | None = None              # largest input value seen
     target_integral: Tensor | None = None   # all float targets were whole numbers
+    target_low: Tensor | None = None        # smallest float target seen
+    target_high: Tensor | None = None
     failed: str | None = None               # the loss call raised: its message
 
     def update(self, x: Tensor, target: Tensor | None) -> None:
@@ -62,11 +64,14 @@ class LossProbe:
             if target is not None and target.is_floating_point() and target.numel():
                 whole = (target == target.round()).all()
                 self.target_integral = _running(self.target_integral, whole, torch.logical_and)
+                self.target_low = _running(self.target_low, target.detach().min().float(), torch.minimum)
+                self.target_high = _running(self.target_high, target.detach().max().float(), torch.maximum)
 
     def host(self) -> dict:
         read = lambda t: None if t is None else t.item()  # noqa: E731
         return {"low": read(self.low), "high": read(self.high),
-                "target_integral": read(self.target_integral)}
+                "target_integral": read(self.target_integral),
+                "target_low": read(self.target_low), "target_high": read(self.target_high)}
 
 
 @dataclass

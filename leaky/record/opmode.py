@@ -83,7 +83,10 @@ class OpMode(TorchFunctionMode):
                 return out
             outputs = _tensors(out)
             if outputs:
-                rec.on_op(op_name(func), args, kwargs, outputs)
+                if outputs[0].grad_fn is None and not outputs[0].requires_grad:
+                    rec.note_dropped_grad(op_name(func), args)
+                else:
+                    rec.on_op(op_name(func), args, kwargs, outputs)
         except Exception as exc:  # leaky's own failure: the user's op already ran
             rec.fail(exc)
         return out

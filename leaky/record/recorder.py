@@ -147,8 +147,9 @@ class Recorder(StepTracking):
         return self.builder.steps
 
     def finish(self) -> AuditStats:
+        idle = bool(self._optimizer_exists) and not self.saw_optimizer and self.backward_calls >= 2
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
-                                  self.backward_calls, self.probes, self.functions.checks)
+                                  self.backward_calls, self.probes, self.functions.checks, idle)
 
     # -- forward ---------------------------------------------------------------------
     def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
@@ -255,30 +256,49 @@ class Recorder(StepTracking):
             return
         if not torch.is_grad_enabled() and kind == "detach":
             return
-        tensor = args[0]
-        producer = self._producer_module(tensor)
-        self._add_cut(kind, producer)
+        self._add_cut(kind, self._producer_modules(args[0]))
 
     def note_no_grad(self, args: tuple) -> None:
         if any(p.requires_grad for p in parameters_in(args)):
-            module = self.modules.current
-            self._add_cut("no_grad", module)
+            self._add_cut("no_grad", (self.modules.current,))
 
-    def _producer_module(self, tensor: Tensor) -> int | None:
-        node = tensor.grad_fn
-        if node is not None:
-            site = node.metadata.get(self._mark)
-            return None if site is None else self.sites.sites[site].module_key
+    def note_dropped_grad(self, op: str, args: tuple) -> None:
+        """An op gave a tensor without gradient from inputs that had one (a comparison, an
+        argmax, a cast to an integer dtype): the path to the loss is cut there."""
+        inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
+        if inputs:
+            self._add_cut(f"nondiff:{op}", self._producer_modules(inputs[0]))
+
+    def note_leaf_loss(self, tensor: Tensor) -> None:
+        """backward() on a tensor that is a leaf: nothing before it can get a gradient
+        (typically `loss.requires_grad = True` after the graph was cut)."""
+        self._add_cut("leaf_loss", ())
+
+    def _producer_modules(self, tensor: Tensor, depth: int = 8) -> tuple[int | None, ...]:
+        """The modules whose ops produced this tensor, nearest first, through its ancestry."""
         if isinstance(tensor, nn.Parameter):
-            return self.builder.module_of_param(tensor)
-        return None
+            return (self.builder.module_of_param(tensor),)
+        found, frontier, seen = [], [tensor.grad_fn], set()
+        for _ in range(depth):
+            following = []
+            for node in frontier:
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                site = node.metadata.get(self._mark)
+                if site is not None:
+                    key = self.sites.sites[site].module_key
+                    if key not in found:
+                        found.append(key)
+                following.extend(fn for fn, _ in node.next_functions)
+            frontier = following
+        return tuple(found)
 
-    def _add_cut(self, kind: str, producer: int | None) -> None:
+    def _add_cut(self, kind: str, producers: tuple) -> None:
         where = self.locator.locate()
-        key = (kind, producer, where, self.modules.current)
-        event = self.cuts.get(key)
-        if event is None:
-            self.cuts[key] = CutEvent(kind, producer, self.modules.current, where, self.step)
+        key = (kind, producers, where, self.modules.current)
+        if key not in self.cuts:
+            self.cuts[key] = CutEvent(kind, producers, self.modules.current, where, self.step)
 
 def _plain(value):
     if isinstance(value, Tensor):

@@ -28,6 +28,8 @@ class StepTracking:
         return original(tensor, *args, **kwargs)
 
     def _note_backward(self, tensor) -> None:
+        if isinstance(tensor, Tensor) and tensor.requires_grad and tensor.grad_fn is None and self.observing:
+            self.note_leaf_loss(tensor)
         if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
             loss = self._unscaled(tensor)
             self.monitor.note_loss(loss)
@@ -74,11 +76,12 @@ class StepTracking:
         seen = self._old_grads.pop(id(optimizer), None)
         if not seen or id(optimizer) not in self._stepped:
             return
+        key = f"carried:{self.optimizers.index(optimizer)}"
         if any(isinstance(v, float) for v in seen):
-            self.buffer.extras["carried"] = torch.zeros(())
+            self.buffer.extras[key] = torch.zeros(())
         else:
             with torch._C.DisableTorchFunction():
-                self.buffer.extras["carried"] = torch.stack(seen).min()
+                self.buffer.extras[key] = torch.stack(seen).min()
 
     def _backward_ends_step(self) -> bool:
         """Without an optimizer step seen, does a new backward call start a new step?
@@ -91,8 +94,8 @@ class StepTracking:
         if self.saw_optimizer or not self._calls_since_step:
             return False
         if self._optimizer_exists is None:
-            graded = {id(p) for p in self.builder.tracked_params() if p.grad is not None}
-            self._optimizer_exists = bool(graded) and _live_optimizer_over(graded)
+            trained = {id(p) for p in self.builder.tracked_params()}
+            self._optimizer_exists = bool(trained) and _live_optimizer_over(trained)
         return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
 
     def _before_opt_step(self, optimizer, args, kwargs):
