@@ -295,7 +295,8 @@ class StatsBuilder:
 
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
-              backward_calls: int, probes, function_checks: dict, idle_optimizer: bool = False) -> AuditStats:
+              backward_calls: int, probes, function_checks: dict, idle_optimizer: bool = False,
+              init_sites: dict | None = None) -> AuditStats:
         from leaky.record.recurrence import RadiusCache, find_recurrences  # local: imports stats
 
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
@@ -313,7 +314,7 @@ class StatsBuilder:
                          for c in cuts.values())
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         ran = frozenset(op.module for op in ops if op.module is not None)
-        losses_seen, inputs, weights = self._probe_stats(probes)
+        losses_seen, inputs, weights = self._probe_stats(probes, init_sites or {})
         series = tuple(sorted(self.series))
         losses = [loss for _, loss, _, _ in series if loss is not None]
         grad_norms = [norm for _, _, norm, _ in series if norm is not None]
@@ -357,7 +358,7 @@ class StatsBuilder:
         where = (record.file, record.line) if record.file else None
         return self.modules.name(record.module_key), _source(where)
 
-    def _probe_stats(self, probes):
+    def _probe_stats(self, probes, init_sites: dict):
         losses = []
         for site, probe in probes.losses.items():
             values = probe.host()
@@ -380,7 +381,7 @@ class StatsBuilder:
             name = owner[1] if owner else "weight"
             module = self.modules.name(owner[0]) if owner else module
             weights.append(WeightStats(site, module, name, probe.kind, probe.shape, probe.fan_in, probe.fan_out,
-                                       float(probe.std), bool(probe.rows_identical)))
+                                       float(probe.std), bool(probe.rows_identical), _source(init_sites.get(pid))))
         return tuple(losses), tuple(inputs), tuple(weights)
 
     def _op_stats(self, site) -> OpStats:

@@ -165,6 +165,7 @@ class WeightStats:
     fan_out: int
     std: float
     rows_identical: bool          # every unit has the same weights (and bias)
+    init_source: Source | None = None   # the user's line that last wrote it in place (nn.init.*)
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,13 @@ def _symmetric(weight: WeightStats, stats: AuditStats) -> Finding | None:
     _, init = expected_std(act.family if act else None, weight.fan_in, weight.fan_out)
     fix = f"Break the symmetry with a random init: {init} (or its default), not a constant."
     return Finding("bad-initialization", "LK302", Severity.ERROR, message, fix, weight.module,
-                   op.op if op else weight.kind, op.source if op else None, None,
+                   op.op if op else weight.kind, _where(weight, op), None,
                    {"units": weight.shape[0], "parameter": f"{weight.module}.{weight.param}"})
+
+
+def _where(weight: WeightStats, op):
+    """The line that initialised the weight when leaky saw it; else where the layer runs."""
+    return weight.init_source or (op.source if op else None)
 
 
 def _scale(weight: WeightStats, stats: AuditStats) -> Finding | None:
@@ -67,7 +72,7 @@ def _scale(weight: WeightStats, stats: AuditStats) -> Finding | None:
                f"std {num(expected)} for fan-in {weight.fan_in} and {after}: each unit's pre-activation is "
                f"sqrt(fan_in)·std ≈ {num(math.sqrt(weight.fan_in) * weight.std)}× its input's scale.")
     return Finding("bad-initialization", "LK302", severity, message, f"Re-initialise it: {init}.", weight.module,
-                   op.op if op else weight.kind, op.source if op else None, None,
+                   op.op if op else weight.kind, _where(weight, op), None,
                    {"std": weight.std, "expected_std": expected, "ratio": ratio, "fan_in": weight.fan_in,
                     "fan_out": weight.fan_out, "next_nonlinearity": family})
 
@@ -96,5 +101,7 @@ def _depth(stats: AuditStats) -> Finding | None:
            "nn.init.xavier_normal_ for tanh/sigmoid), or add normalisation (LayerNorm/BatchNorm) between layers.")
     evidence = {"orders_of_magnitude": orders, "per_layer_gain": per_layer,
                 "layer_rms": [{"module": op.module, "rms": op.out_rms} for op in layers]}
+    weight = next((w for w in stats.weights if w.site == culprit.site), None)
+    source = weight.init_source if weight is not None and weight.init_source else culprit.source
     return Finding("bad-initialization", "LK302", severity, message, fix, culprit.module, culprit.op,
-                   culprit.source, 0, evidence)
+                   source, 0, evidence)

@@ -15,6 +15,10 @@ from torch.overrides import TorchFunctionMode
 
 from leaky.record.forward import LOSSES
 
+INIT_OPS = {"constant_", "zeros_", "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_",
+            "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "orthogonal_", "sparse_", "normal_",
+            "uniform_"}
+
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
 
@@ -71,6 +75,9 @@ class OpMode(TorchFunctionMode):
         if name in _CUTS:
             rec.guarded(rec.note_cut, _CUTS[name], args)
             return func(*args, **kwargs)
+        if name in INIT_OPS and torch.is_grad_enabled():
+            # nn.init.* enters here (with keyword arguments) before its own no_grad
+            rec.guarded(rec.note_init, args or tuple(kwargs.values()))
         try:
             out = func(*args, **kwargs)
         except Exception as exc:
@@ -79,7 +86,7 @@ class OpMode(TorchFunctionMode):
             raise
         try:
             if not torch.is_grad_enabled():
-                rec.note_no_grad(args)
+                rec.note_no_grad(name, args)
                 return out
             outputs = _tensors(out)
             if outputs:

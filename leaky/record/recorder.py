@@ -28,6 +28,11 @@ from leaky.fold import StatsBuilder
 from leaky.stats import AuditStats, CutEvent
 
 _MATMULS = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum"}
+# nn.init's functions and the in-place writes that hand-written initialisation uses.
+INIT_OPS = {"normal_", "uniform_", "fill_", "zero_", "copy_", "mul_", "div_", "add_", "sub_", "abs_",
+            "clamp_", "trunc_normal_", "orthogonal_", "exponential_", "bernoulli_", "random_", "set_",
+            "constant_", "zeros_", "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_",
+            "kaiming_uniform_", "kaiming_normal_", "sparse_"}
 # Ops that only select values: an -inf attention mask is intended, not an overflow.
 _SELECTS = {"where", "masked_fill", "masked_fill_"}
 _DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
@@ -68,6 +73,7 @@ class Recorder(StepTracking):
         self.probes = ForwardProbes(("leaky", id(self)))
         self.functions = FunctionWatch(self)
         self.cuts: dict[tuple, CutEvent] = {}
+        self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
         self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
         self.optimizers: list[torch.optim.Optimizer] = []
         self.observing = False
@@ -149,7 +155,7 @@ class Recorder(StepTracking):
     def finish(self) -> AuditStats:
         idle = bool(self._optimizer_exists) and not self.saw_optimizer and self.backward_calls >= 2
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
-                                  self.backward_calls, self.probes, self.functions.checks, idle)
+                                  self.backward_calls, self.probes, self.functions.checks, idle, self.init_sites)
 
     # -- forward ---------------------------------------------------------------------
     def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
@@ -258,9 +264,19 @@ class Recorder(StepTracking):
             return
         self._add_cut(kind, self._producer_modules(args[0]))
 
-    def note_no_grad(self, args: tuple) -> None:
-        if any(p.requires_grad for p in parameters_in(args)):
-            self._add_cut("no_grad", (self.modules.current,))
+    def note_no_grad(self, op: str, args: tuple) -> None:
+        params = parameters_in(args)
+        if not any(p.requires_grad for p in params):
+            return
+        if op in INIT_OPS and self.modules.current is None and args and isinstance(args[0], nn.Parameter):
+            self.note_init(args)
+            return
+        self._add_cut("no_grad", (self.modules.current,))
+
+    def note_init(self, args: tuple) -> None:
+        """An in-place write to a parameter outside any forward: its initialisation."""
+        if args and isinstance(args[0], nn.Parameter) and self.modules.current is None:
+            self.init_sites[id(args[0])] = self.locator.locate()
 
     def note_dropped_grad(self, op: str, args: tuple) -> None:
         """An op gave a tensor without gradient from inputs that had one (a comparison, an

@@ -110,11 +110,11 @@ class ConstantMLP(nn.Module):
         self.fc1 = nn.Linear(20, 64)
         self.act1 = nn.Tanh()
         self.fc2 = nn.Linear(64, 10)
-        nn.init.constant_(self.fc1.weight, 0.05)   # "a small constant is a safe start"
+        nn.init.constant_(self.fc1.weight, 0.05)   # LK302-const
         nn.init.zeros_(self.fc1.bias)
 
     def forward(self, x):
-        x = self.fc1(x)  # LK302-const
+        x = self.fc1(x)
         x = self.act1(x)
         return self.fc2(x)
 
@@ -136,12 +136,12 @@ class DeepReLU(nn.Module):
             if std is None:
                 nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
             else:
-                nn.init.normal_(layer.weight, std=std)
+                nn.init.normal_(layer.weight, std=std)  # LK302-deep
             nn.init.zeros_(layer.bias)
 
     def forward(self, x):
         for i, layer in enumerate(self.layers):
-            x = layer(x)  # LK302-deep
+            x = layer(x)
             if self.norms is not None:
                 x = self.norms[i](x)
             x = torch.relu(x)
