@@ -160,18 +160,22 @@ def _fails(report, fail_on: str) -> bool:
     return any(f.severity.rank >= floor for f in report.findings)
 
 
-def _write_json(report, path: str) -> bool:
-    text = report.to_json()
-    if path == "-":
+def _emit(text: str, path: str | None, what: str) -> bool:
+    """Write to a file, or to stdout for None or '-'; a one-line error on failure."""
+    if path in (None, "-"):
         sys.stdout.write(text + "\n")
         return True
     try:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text + "\n")
     except OSError as exc:
-        _error(f"cannot write the JSON report to {path}: {exc.strerror}")
+        _error(f"cannot write the {what} to {path}: {exc.strerror}")
         return False
     return True
+
+
+def _write_json(report, path: str) -> bool:
+    return _emit(report.to_json(), path, "JSON report")
 
 
 def _write_formatted(report, fmt: str, path: str | None, script: str) -> bool:
@@ -180,16 +184,7 @@ def _write_formatted(report, fmt: str, path: str | None, script: str) -> bool:
     from leaky.report.sarif import to_sarif_json
 
     text = report.to_json() if fmt == "json" else to_sarif_json(report, os.path.dirname(os.path.abspath(script)))
-    if path is None:
-        sys.stdout.write(text + "\n")
-        return True
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    except OSError as exc:
-        _error(f"cannot write the {fmt} output to {path}: {exc.strerror}")
-        return False
-    return True
+    return _emit(text, path, f"{fmt} output")
 
 
 def cmd_audit(args) -> int:
