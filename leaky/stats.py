@@ -178,6 +178,7 @@ class FunctionStats:
     checked: bool
     note: str
     wrong: tuple[dict, ...]       # per wrong input: index, relative_error, analytic, numeric
+    backward_source: Source | None = None   # where its backward is defined
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         fix = (f"Re-derive {fn.name}.backward: it must return, for each input, the gradient of the output "
                "times grad_output (the chain rule through every term of forward). Check it with "
                f"torch.autograd.gradcheck({fn.name}.apply, inputs) on float64 inputs.")
+        called = None if fn.source is None else {"file": fn.source.file, "line": fn.source.line}
         findings.append(Finding("wrong-gradient", "LK305", Severity.ERROR, message, fix, fn.module, fn.name,
-                                fn.source, None, {"function": fn.name, "wrong_inputs": list(fn.wrong),
-                                                  "precision": fn.note}))
+                                fn.backward_source or fn.source, None,
+                                {"function": fn.name, "wrong_inputs": list(fn.wrong), "precision": fn.note,
+                                 "called_at": called}))
     return findings

@@ -6,6 +6,7 @@ defined inside torch itself (checkpointing, say) are left alone.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,8 +24,19 @@ if TYPE_CHECKING:
 class FunctionCheck:
     name: str
     module: int | None
-    where: tuple[str, int] | None
+    where: tuple[str, int] | None       # the call
     result: GradcheckResult
+    backward_at: tuple[str, int] | None = None   # where its backward is defined: where a fix goes
+
+
+def _backward_location(cls) -> tuple[str, int] | None:
+    try:
+        backward = inspect.unwrap(cls.backward)
+        lines, first = inspect.getsourcelines(backward)
+    except (TypeError, OSError):
+        return None
+    offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
+    return inspect.getsourcefile(backward), first + offset   # the def line, after decorators
 
 
 def _user_function(cls) -> bool:
@@ -80,4 +92,4 @@ class FunctionWatch:
                 result = check_function(lambda *xs: original(cls, *xs, **kwargs), args)
         finally:
             self._busy = False
-        self.checks[cls] = FunctionCheck(cls.__name__, module, where, result)
+        self.checks[cls] = FunctionCheck(cls.__name__, module, where, result, _backward_location(cls))

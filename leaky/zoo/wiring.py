@@ -238,7 +238,7 @@ class ScaledTanhForgot(ScaledTanh):
     """The same layer, but the weight gradient forgets the tanh derivative."""
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # LK305-backward
         x, w, y = ctx.saved_tensors
         local = grad * (1 - y * y)
         return local @ w.t(), x.t() @ grad
@@ -252,7 +252,7 @@ class HandWritten(nn.Module):
         self.head = nn.Linear(32, 10)
 
     def forward(self, x):
-        h = self.function.apply(x, self.w)  # LK305-apply
+        h = self.function.apply(x, self.w)
         return self.head(h)
 
 
@@ -352,7 +352,7 @@ EXAMPLES = [
     _broken("unnormalized-input", "Raw sensor readings (offsets in the hundreds) into a tanh layer",
             run_unnormalized_input, Expect("LK303", "fc1", "LK303-input"), fixed_by="standardized-input"),
     _broken("wrong-custom-backward", "A custom autograd.Function whose weight gradient skips tanh'",
-            run_wrong_custom_backward, Expect("LK305", "HandWritten", "LK305-apply"),
+            run_wrong_custom_backward, Expect("LK305", "HandWritten", "LK305-backward"),
             fixed_by="correct-custom-backward"),
     _healthy("correct-custom-backward", "The same custom Function with a correct backward",
              run_correct_custom_backward),
