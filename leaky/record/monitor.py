@@ -119,8 +119,10 @@ class UpdateProbe:
         if not self.params:
             return [], [], []
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            deltas = [p.detach() - b for p, b in zip(self.params, self.before)]
-            updates = list(torch._foreach_norm(deltas))
             weights = list(torch._foreach_norm(self.before))
+            # NOTE: the difference overwrites the snapshot in place, so the probe never holds
+            # more than one copy of the parameters (the sign does not change the norm).
+            torch._foreach_sub_(self.before, [p.detach() for p in self.params])
+            updates = list(torch._foreach_norm(self.before))
         params, self.params, self.before = self.params, [], []
         return params, updates, weights
