@@ -23,11 +23,13 @@ Targets: audit <= 2x, watch-default <= 1.02x, watch-every-1 <= 1.15x a plain ste
 
 `leaky.watch()` instruments the whole process (Tensor.backward, the global optimizer hooks,
 a torch-function mode): a watch open in this process would observe every other mode's
-steps too. So each mode runs in its own worker process (spawned once; torch threads
---threads; all pinned to one CPU when --threads is 1, so that none settles on a busier core),
-which builds the model's workload from the same seed and keeps it (and the watch) for all
-that model's blocks. The main process interleaves the workers in rounds (plain, audit,
-watch-default, ..., plain, ...); one worker computes at a time, the others wait on a pipe.
+steps too. So each mode runs in its own worker process, spawned afresh for each model (so
+that one model's allocation history does not slow the next), with --threads torch threads,
+all pinned to one CPU when --threads is 1 (so that none settles on a busier core; by
+default the CPU that was idlest over a second at the start). A worker builds the model's
+workload from the same seed and keeps it (and the watch) for all that model's blocks. The
+main process interleaves the workers in rounds (plain, audit, watch-default, ..., plain,
+...); one worker computes at a time, the others wait on a pipe.
 
 Memory allocation: glibc's malloc moves its mmap threshold with each process's own history
 of allocations, so two processes running the same step can differ by 10-15% for good (large
@@ -568,6 +570,32 @@ def leaky_notes(results: list[Result]) -> list[str]:
     return out
 
 
+def idlest_cpu(wait: float = 1.0) -> int:
+    """The usable CPU with the most idle time over `wait` seconds (/proc/stat); another
+    benchmark pinned to the lowest CPU would otherwise share it with every worker here."""
+    if not hasattr(os, "sched_getaffinity"):
+        return -1
+    usable = sorted(os.sched_getaffinity(0))
+
+    def idle() -> dict[int, int]:
+        out = {}
+        try:
+            with open("/proc/stat") as f:
+                for line in f:
+                    name, *fields = line.split()
+                    if name.startswith("cpu") and name[3:].isdigit():
+                        out[int(name[3:])] = int(fields[3]) + int(fields[4])     # idle + iowait
+        except (OSError, ValueError, IndexError):
+            pass
+        return out
+
+    first = idle()
+    time.sleep(wait)
+    second = idle()
+    gained = {c: second[c] - first[c] for c in usable if c in first and c in second}
+    return max(gained, key=lambda c: (gained[c], -c)) if gained else usable[0]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(BUILDERS),
@@ -580,8 +608,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per mode (default 3; 2 with --quick)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads(N) in each worker (default 1)")
     p.add_argument("--cpu", type=int, default=None,
-                   help="pin all workers to this CPU (default: the lowest usable one when --threads is 1; "
-                        "-1: no pinning)")
+                   help="pin all workers to this CPU (default: the idlest usable one over a second, when "
+                        "--threads is 1; -1: no pinning)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc thresholds alone in the workers (see above)")
@@ -597,7 +625,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.steps = args.steps or (3 if args.quick else 5)
     args.warmup = args.warmup or (2 if args.quick else 3)
     if args.cpu is None:
-        args.cpu = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else -1
+        args.cpu = idlest_cpu()
     if args.cpu < 0 or args.threads > 1:
         args.cpu = None
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -637,14 +665,16 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(128 * 2**20))
     ctx = mp.get_context("spawn")
     t0 = time.perf_counter()
-    workers = {m: Worker(ctx, m, shared) for m in modes}
     results = []
     try:
-        for name in args.models:
-            results.append(bench_model(name, workers, args))
+        for name in args.models:     # fresh workers per model: no model's allocations shape another's
+            workers = {m: Worker(ctx, m, shared) for m in modes}
+            try:
+                results.append(bench_model(name, workers, args))
+            finally:
+                for w in workers.values():
+                    w.stop()
     finally:
-        for w in workers.values():
-            w.stop()
         if store_dir:
             shutil.rmtree(store_dir, ignore_errors=True)
     print(f"  total {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
