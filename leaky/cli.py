@@ -4,6 +4,7 @@
     leaky watch [--every N] [--store PATH] [--fail-fast] [--json PATH] SCRIPT [script args...]
     leaky runs [--store PATH]
     leaky show RUN [--store PATH]
+    leaky fix [--steps K] [--holdout H] [--repeats R] [--json PATH] SCRIPT [script args...]
     leaky explain dead-zone | LK106
     leaky demo
 
@@ -91,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a stored run's findings and timeline")
     show.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
     show.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    fix = sub.add_parser("fix", help="try the fix for each finding as a short run from the same start, and judge it")
+    fix.add_argument("--steps", type=_positive, default=200, metavar="K",
+                     help="training steps of each run (default 200)")
+    fix.add_argument("--holdout", type=_positive, default=20, metavar="H",
+                     help="held-out steps after step K, the model frozen, that score each run (default 20)")
+    fix.add_argument("--repeats", type=_positive, default=2, metavar="R",
+                     help="unfixed runs with shifted seeds that measure the noise (default 2)")
+    fix.add_argument("--json", metavar="PATH", help="write the leaky/fix-v1 JSON result here ('-': stdout)")
+    fix.add_argument("--example", metavar="NAME", help="a built-in example instead of a script (see leaky demo)")
+    fix.add_argument("script", nargs="?", help="the training script, run as `python SCRIPT args...` would")
+    fix.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     explain = sub.add_parser("explain", help="print what a check means and how to fix it")
     explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
     demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")
@@ -102,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show, "report": cmd_report,
-               "explain": cmd_explain, "demo": cmd_demo}[args.command]
+               "explain": cmd_explain, "demo": cmd_demo, "fix": cmd_fix}[args.command]
     return handler(args)
 
 
@@ -385,6 +397,51 @@ def cmd_explain(args) -> int:
         _error(exc.args[0])
         return EXIT_UNUSABLE
     return EXIT_OK
+
+
+# -- fix --------------------------------------------------------------------------------
+def cmd_fix(args) -> int:
+    import json
+
+    from leaky.fix import FixConfig, try_fixes
+    from leaky.report.fix import render_fix
+    from leaky.script import ScriptError, script_program
+
+    err = Console(stderr=True, highlight=False)
+    if (args.script is None) == (args.example is None):
+        _error("leaky fix takes a training script, or --example NAME (one of them)")
+        return EXIT_UNUSABLE
+    config = FixConfig(steps=args.steps, holdout=args.holdout, repeats=args.repeats)
+    try:
+        if args.example:
+            from leaky.zoo import get
+
+            example = get(args.example)
+            program, name = (lambda: example.run(steps=config.steps + config.holdout + 1, seed=0)), args.example
+        else:
+            script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+            program, name = script_program(args.script, script_args), args.script
+    except (ScriptError, KeyError) as exc:
+        _error(exc.args[0])
+        return EXIT_UNUSABLE
+
+    def progress(text: str) -> None:
+        err.print(Text(f"leaky fix: {text}", style="dim"))
+
+    try:
+        result = try_fixes(program, config, name, progress)
+    except KeyboardInterrupt:
+        _error("interrupted: no fix was judged")
+        return EXIT_UNUSABLE
+    data = result.to_dict()
+    if args.json and not _emit(json.dumps(data, indent=2, default=str), args.json, "JSON result"):
+        return EXIT_UNUSABLE
+    if args.json != "-":
+        render_fix(Console(highlight=False), data)
+    if result.baseline.error and not result.baseline.steps:
+        _error(f"the script failed before its first step: {result.baseline.error}")
+        return EXIT_UNUSABLE
+    return EXIT_OK if result.baseline.steps else EXIT_UNUSABLE
 
 
 # -- demo -------------------------------------------------------------------------------

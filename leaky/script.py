@@ -96,3 +96,19 @@ def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, ma
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return run
+
+
+def script_program(path: str, args: list[str]):
+    """A callable that runs the script once, as `python SCRIPT args` would (for `leaky fix`,
+    which runs it several times): argv and sys.path are set for each run and restored."""
+    script = check_script(path)
+
+    def program() -> None:
+        saved_argv, saved_path = sys.argv[:], sys.path[:]
+        sys.argv = [path, *args]
+        sys.path.insert(0, os.path.dirname(script))
+        try:
+            runpy.run_path(script, run_name="__main__")
+        finally:
+            sys.argv, sys.path[:] = saved_argv, saved_path
+    return program

@@ -1,0 +1,11 @@
+"""`leaky fix`: try each mechanical fix of an audit's findings as a short counterfactual run.
+
+    from leaky.fix import try_fixes, FixConfig
+    result = try_fixes(lambda: train(), FixConfig(steps=200))
+
+See `session` for the protocol, `remedies` for which fix answers which finding,
+`runtime` for how a fix is applied without editing files, and `verdict` for the noise.
+"""
+from leaky.fix.session import FixConfig, FixResult, Outcome, try_fixes
+
+__all__ = ["FixConfig", "FixResult", "Outcome", "try_fixes"]

@@ -1,0 +1,385 @@
+"""From findings to candidate fixes: one remedy per check code, in a registry.
+
+A remedy reads a finding (and the audit's statistics) and proposes zero or more
+`Candidate`s. Candidates with the same key are one experiment: the three dead ReLU layers
+of one network become one "LeakyReLU at act1, act2, act3" run, and a re-initialisation
+proposed by both saturated-activation and bad-initialization is run once.
+Only mechanical remedies are here; a finding without one is listed, not guessed at.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch.nn.functional as F
+
+from leaky.finding import Finding
+from leaky.fix import change as edits
+from leaky.fix import runtime as rt
+from leaky.fix.change import Change
+from leaky.stats import AuditStats
+
+
+@dataclass
+class Context:
+    """What the remedies may read about the unfixed run."""
+
+    stats: AuditStats
+    findings: list[Finding]
+    backward_site: tuple[str, int] | None = None   # where loss.backward() was called
+    root: str | None = None                        # the variable holding the model, if one
+    module_types: dict[str, str] = field(default_factory=dict)          # path -> class name
+    construction: dict[str, tuple[str, int]] = field(default_factory=dict)  # path -> where built
+
+    def grad_norms(self) -> list[float]:
+        return [row[2] for row in self.stats.series if row[2] is not None and row[2] == row[2]
+                and row[2] != float("inf")]
+
+
+@dataclass
+class Candidate:
+    key: tuple
+    what: str                                   # "LeakyReLU(0.01) in place of ReLU"
+    findings: list[Finding]
+    parts: list[Callable[[], object]]           # each makes one run-time primitive
+    places: list[str] = field(default_factory=list)
+    changes: list[Callable[[], Change | None]] = field(default_factory=list)
+    changes_loss: bool = False                  # the loss itself is computed differently
+    note: str = ""                              # how a measured value was chosen
+
+    @property
+    def title(self) -> str:
+        return f"{self.what} at {', '.join(self.places)}" if self.places else self.what
+
+    def build(self) -> rt.Fix:
+        return rt.Fix(*(make() for make in self.parts))
+
+    def change(self) -> Change | None:
+        """One diff when every part has one at a known line, else snippets."""
+        made = [make() for make in self.changes]
+        if not made or any(c is None for c in made):
+            return None
+        if all(c.kind == "diff" for c in made) and len(made) == 1:
+            return made[0]
+        return Change("snippet" if any(c.kind == "snippet" for c in made) else "diff",
+                      "\n".join(c.text for c in made))
+
+
+REMEDIES: dict[str, Callable[[Finding, Context], list[Candidate]]] = {}
+
+
+def remedy(code: str):
+    def register(function):
+        REMEDIES[code] = function
+        return function
+    return register
+
+
+def propose(findings: list[Finding], context: Context) -> list[Candidate]:
+    """Candidates for every finding at warning or error, merged by key, in finding order."""
+    merged: dict[tuple, Candidate] = {}
+    for finding in findings:
+        if finding.severity.value == "info" or finding.code not in REMEDIES:
+            continue
+        for candidate in REMEDIES[finding.code](finding, context):
+            known = merged.get(candidate.key)
+            if known is None:
+                merged[candidate.key] = candidate
+                continue
+            known.findings.append(finding)
+            for place, part, made in zip(candidate.places, candidate.parts, candidate.changes):
+                if place not in known.places:
+                    known.places.append(place)
+                    known.parts.append(part)
+                    known.changes.append(made)
+    return list(merged.values())
+
+
+def without_remedy(findings: list[Finding], candidates: list[Candidate]) -> list[Finding]:
+    covered = {id(f) for c in candidates for f in c.findings}
+    return [f for f in findings if f.severity.value != "info" and id(f) not in covered]
+
+
+def _short(source) -> str:
+    rel = os.path.relpath(source.file)
+    return f"{source.file if rel.startswith('..') else rel}:{source.line}"
+
+
+def _param(path: str, name: str, context: Context) -> str:
+    prefix = f"{context.root}." if context.root else "model."
+    return f"{prefix}{path}.{name}" if path else f"{prefix}{name}"
+
+
+# -- dead-zone: a straight-through estimator at the line ---------------------------------
+_CLAMPS = {"clamp", "clip", "clamp_min", "clamp_max", "hardtanh"}
+_STEPS = {"round", "sign", "floor", "ceil", "trunc"}
+
+
+@remedy("LK106")
+def dead_zone(finding: Finding, context: Context) -> list[Candidate]:
+    if finding.source is None or finding.op not in _CLAMPS | _STEPS:
+        return []
+    file, line = finding.source.file, finding.source.line
+    ops = _CLAMPS if finding.op in _CLAMPS else {finding.op}
+    what = "straight-through clamp (Huber's gradient)" if finding.op in _CLAMPS else f"straight-through {finding.op}"
+    note = ("the clamped value is kept and the gradient passes it unchanged; for a squared error that is "
+            "exactly the gradient of F.smooth_l1_loss, clipped to the clamp's bounds instead of cut to 0"
+            if finding.op in _CLAMPS else "the value is kept; the gradient passes as if the op were the identity")
+
+    def rewrite(source, node):
+        x = edits.operand(source, node)
+        call = ast.get_source_segment(source, node)
+        if not x or not call:
+            return None
+        if x.isidentifier():
+            return f"({x} + ({call} - {x}).detach())"
+        # NOTE: an expression is computed once, into a name, not repeated (it may run a model).
+        name = "unclamped" if finding.op in _CLAMPS else f"un{finding.op}ed"
+        raw = x[1:-1] if x.startswith("(") and x.endswith(")") else x
+        return f"{name} = {raw}", f"({name} + ({call.replace(raw, name, 1)} - {name}).detach())"
+
+    return [Candidate(("ste", file, line), what, [finding],
+                      [lambda: rt.OpAtLine(file, line, ops, rt.straight_through, "straight-through")],
+                      [_short(finding.source)], [lambda: edits.rewrite_call(file, line, ops, rewrite)], note=note)]
+
+
+# -- dead units --------------------------------------------------------------------------
+@remedy("LK102")
+def dead_units(finding: Finding, context: Context) -> list[Candidate]:
+    candidates = []
+    swap = _leaky_relu(finding, context)
+    if swap is not None:
+        candidates.append(swap)
+    died = finding.evidence.get("died_during_observation", 0) or 0
+    if died:
+        candidates.extend(_lr(0.1, finding, context, "units were killed by updates"))
+    if (finding.evidence.get("dead_units", 0) or 0) > died:
+        layer = feeding_layer(context.stats, finding)
+        if layer is not None:
+            candidates.append(_reinit(layer, "relu", finding, context))
+    return candidates
+
+
+def _leaky_relu(finding: Finding, context: Context) -> Candidate | None:
+    what = "LeakyReLU(0.01) in place of ReLU"
+    kind = context.module_types.get(finding.module or "")
+    if finding.module and kind in ("ReLU", "ReLU6"):
+        path = finding.module
+        site = context.construction.get(path)
+
+        def change():
+            if site is not None:
+                made = edits.rewrite_call(site[0], site[1], {"ReLU"},
+                                          lambda source, node: "nn.LeakyReLU(0.01)" if not node.args and not
+                                          node.keywords else None)
+                if made is not None:
+                    return made
+            return edits.snippet(f"replace nn.ReLU() by nn.LeakyReLU(0.01) for {path}")
+        return Candidate(("leaky-relu",), what, [finding],
+                         [lambda: rt.ModuleEdit([path], rt.swap_forward(lambda x: F.leaky_relu(x, 0.01)), what)],
+                         [path], [change])
+    if finding.source is None or finding.op != "relu":
+        return None
+    file, line = finding.source.file, finding.source.line
+    return Candidate(("leaky-relu",), what, [finding],
+                     [lambda: rt.OpAtLine(file, line, {"relu", "relu_"}, lambda f, a, k: F.leaky_relu(a[0], 0.01),
+                                          what)],
+                     [_short(finding.source)],
+                     [lambda: edits.rewrite_call(file, line, {"relu"}, lambda source, node:
+                                                 f"torch.nn.functional.leaky_relu({edits.operand(source, node)}, 0.01)")])
+
+
+def feeding_layer(stats: AuditStats, finding: Finding) -> str | None:
+    """The module with weights whose output the activation of `finding` reads: the last
+    weighted op before it in forward order."""
+    weighted = {p.module for p in stats.params if p.name.endswith("weight") and p.module is not None}
+    ops = sorted(stats.ops, key=lambda op: op.first_seq)
+    at = next((i for i, op in enumerate(ops) if op.module == finding.module and op.op == finding.op), None)
+    if at is None:
+        return None
+    return next((op.module for op in reversed(ops[:at]) if op.module in weighted), None)
+
+
+# -- initialisation ----------------------------------------------------------------------
+_RELU_LIKE = {"relu", "leaky_relu", "gelu", "silu", "elu", "relu6", "mish"}
+
+
+def _reinit(layer: str, nonlinearity: str, finding: Finding, context: Context) -> Candidate:
+    if nonlinearity in _RELU_LIKE:
+        init, text = rt.kaiming("relu"), "kaiming_normal_(w, nonlinearity='relu')"
+    else:
+        gain_of = nonlinearity if nonlinearity in ("tanh", "sigmoid") else "linear"
+        init, text = rt.xavier(gain_of), f"xavier_normal_(w, gain=nn.init.calculate_gain('{gain_of}'))"
+    weight, bias = _param(layer, "weight", context), _param(layer, "bias", context)
+    return Candidate(("reinit", layer), f"re-initialise with {text.split('(')[0]}, bias 0", [finding],
+                     [lambda: rt.ModuleEdit([layer], rt.reinitialise(init), "re-initialised")], [layer],
+                     [lambda: edits.snippet(f"# after building the model:\ntorch.nn.init.{text.replace('w', weight, 1)}"
+                                            f"\ntorch.nn.init.zeros_({bias})")])
+
+
+@remedy("LK101")
+def saturated(finding: Finding, context: Context) -> list[Candidate]:
+    layer = feeding_layer(context.stats, finding)
+    family = finding.op if finding.op in ("sigmoid", "tanh") else "linear"
+    return [_reinit(layer, family, finding, context)] if layer is not None else []
+
+
+@remedy("LK302")
+def bad_initialization(finding: Finding, context: Context) -> list[Candidate]:
+    if finding.module is None:
+        return []
+    return [_reinit(finding.module, finding.evidence.get("next_nonlinearity") or "linear", finding, context)]
+
+
+@remedy("LK303")
+def unnormalized_input(finding: Finding, context: Context) -> list[Candidate]:
+    mean, std = finding.evidence.get("mean"), finding.evidence.get("std")
+    if finding.module is None or not mean or not std:
+        return []
+    layer = finding.module
+    return [Candidate(("standardise", layer), "standardise the input (mean and std leaky measured)", [finding],
+                      [lambda: rt.ModuleEdit([layer], rt.standardise_input(mean, std), "standardised")], [layer],
+                      [lambda: edits.snippet("mean, std = x_train.mean(0), x_train.std(0)   # once, on the "
+                                             "training set\nx = (x - mean) / std                           "
+                                             f"# every input to {layer}")])]
+
+
+# -- exploding gradients -----------------------------------------------------------------
+def _clip(finding: Finding, context: Context, amplification: float | None) -> list[Candidate]:
+    norms = context.grad_norms()
+    if not norms:
+        return []
+    median = statistics.median(norms)
+    if amplification and amplification > 1:
+        threshold = median / amplification
+        note = (f"threshold = median gradient norm {median:.3g} / the amplification leaky measured "
+                f"({amplification:.3g}×): the norm the gradient has before it explodes")
+    else:
+        threshold = median
+        note = f"threshold = median gradient norm {median:.3g} over the audited steps: spikes are cut to it"
+    params = f"{context.root or 'model'}.parameters()"
+    site = context.backward_site
+    line = f"torch.nn.utils.clip_grad_norm_({params}, max_norm={threshold:.3g})"
+    return [Candidate(("clip",), f"clip the gradient norm at {threshold:.3g}", [finding],
+                      [lambda: rt.clip_grad_norm(threshold)], [], [lambda: (
+                          edits.insert_line(site[0], site[1], line) if site else None) or edits.snippet(
+                          f"# after loss.backward():\n{line}")], note=note)]
+
+
+@remedy("LK104")
+def exploding(finding: Finding, context: Context) -> list[Candidate]:
+    return _clip(finding, context, finding.evidence.get("ratio"))
+
+
+@remedy("LK105")
+def recurrent(finding: Finding, context: Context) -> list[Candidate]:
+    candidates = []
+    growth = finding.evidence.get("growth_first_over_last")
+    if (finding.evidence.get("spectral_radius") or 0) > 1:
+        candidates.extend(_clip(finding, context, growth))
+    module = finding.module
+    if module and context.module_types.get(module) in ("RNN", "GRU", "LSTM"):
+        weight = _param(module, "weight_hh_l0", context)
+        candidates.append(Candidate(
+            ("orthogonal", module), "orthogonal recurrent weights (spectral radius 1)", [finding],
+            [lambda: rt.ModuleEdit([module], rt.reinitialise(rt.orthogonal(), names=("weight_hh",), zero_bias=False),
+                                   "orthogonal")], [module],
+            [lambda: edits.snippet(f"# after building the model, for each layer k:\ntorch.nn.init.orthogonal_({weight})")]))
+    return candidates
+
+
+# -- learning rate -----------------------------------------------------------------------
+def _lr(factor: float, finding: Finding, context: Context, why: str = "") -> list[Candidate]:
+    site = context.backward_site
+
+    def change():
+        made = edits.scale_lr(site[0], site[1], factor) if site else None
+        return made or edits.snippet(f"lr = lr * {factor:g}   # where the optimizer is built")
+    return [Candidate(("lr", factor), f"learning rate × {factor:g}", [finding], [lambda: rt.scaled_lr(factor)],
+                      [], [change])]
+
+
+@remedy("LK202")
+def update_ratio(finding: Finding, context: Context) -> list[Candidate]:
+    return _lr(0.1 if finding.evidence.get("direction") == "high" else 10.0, finding, context)
+
+
+@remedy("LK205")
+def diverging(finding: Finding, context: Context) -> list[Candidate]:
+    return _lr(0.1, finding, context)
+
+
+# -- wiring ------------------------------------------------------------------------------
+_NORMALISER_OPS = {"SoftmaxBackward": {"softmax", "_softmax"}, "SigmoidBackward": {"sigmoid", "sigmoid_"},
+                   "LogSoftmaxBackward": {"log_softmax", "_log_softmax"}}
+
+
+@remedy("LK301")
+def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
+    node = (finding.evidence.get("input_node") or "").rstrip("0123456789")
+    expects = finding.evidence.get("loss_expects")
+    if finding.source is None or node not in _NORMALISER_OPS or expects not in ("logits", "log-probabilities"):
+        return []
+    file, line = finding.source.file, finding.source.line
+    ops = _NORMALISER_OPS[node]
+    if expects == "logits":
+        what, replace = f"remove the {sorted(ops)[-1]} before the loss", rt.identity
+        rewrite = lambda source, node_: edits.operand(source, node_)   # noqa: E731
+    elif node == "SoftmaxBackward":
+        what = "log_softmax in place of softmax before the loss"
+        replace = lambda f, a, k: F.log_softmax(*a, **k)   # noqa: E731
+        rewrite = None
+    else:
+        return []
+
+    def change():
+        made = edits.rewrite_call(file, line, ops, rewrite) if rewrite else edits.rewrite_call(
+            file, line, ops, lambda source, node_: ast.get_source_segment(source, node_).replace(
+                "softmax", "log_softmax", 1))
+        return made or edits.snippet(what)
+    return [Candidate(("normaliser", file, line), what, [finding], [lambda: rt.OpAtLine(file, line, ops, replace, what)],
+                      [_short(finding.source)], [change], changes_loss=True)]
+
+
+@remedy("LK201")
+def stale_parameter(finding: Finding, context: Context) -> list[Candidate]:
+    if finding.evidence.get("cause") != "not in any optimizer":
+        return []
+    names = list(finding.evidence.get("parameters") or [])
+    modules = sorted({name.rpartition(".")[0] for name in names})
+    found: list = []
+
+    def collect(module, path):
+        wanted = {name.rpartition(".")[2] for name in names if name.rpartition(".")[0] == path}
+        found.extend(p for n, p in module.named_parameters(recurse=False) if n in wanted)
+
+    site = context.backward_site
+    opt = (edits.optimizer_variable(site[0], site[1]) if site else None) or "optimizer"
+    groups = ", ".join(f"{context.root or 'model'}.{m}.parameters()" if m else f"{context.root or 'model'}.parameters()"
+                       for m in modules)
+    return [Candidate(("add-params",), "add the missing parameters to the optimizer", [finding],
+                      [lambda: rt.ModuleEdit(modules, collect, "found"),
+                       lambda: rt.add_missing_parameters(lambda: found)], modules,
+                      [lambda: edits.snippet(f"{opt}.add_param_group({{'params': [*{groups}]}})"
+                                             if len(modules) > 1 else
+                                             f"{opt}.add_param_group({{'params': {groups}}})")])]
+
+
+@remedy("LK203")
+def accumulation(finding: Finding, context: Context) -> list[Candidate]:
+    site = context.backward_site
+    opt = (edits.optimizer_variable(site[0], site[1]) if site else None) or "optimizer"
+    return [Candidate(("zero-grad",), "zero the gradients every step", [finding], [rt.zero_grad_after_step], [],
+                      [lambda: (edits.insert_line(site[0], site[1], f"{opt}.zero_grad()", after=False) if site
+                                else None) or edits.snippet(f"{opt}.zero_grad()   # before loss.backward()")])]
+
+
+@remedy("LK304")
+def precision(finding: Finding, context: Context) -> list[Candidate]:
+    return [Candidate(("loss-scaling",), "dynamic loss scaling (what torch.amp.GradScaler does)", [finding],
+                      [rt.LossScaling], [], [lambda: edits.snippet(
+                          "scaler = torch.amp.GradScaler()\n...\nscaler.scale(loss).backward()\n"
+                          "scaler.step(optimizer)\nscaler.update()")])]

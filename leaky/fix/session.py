@@ -1,0 +1,185 @@
+"""`leaky fix`: audit, propose the mechanical fixes, run each as a counterfactual, judge.
+
+    result = try_fixes(program, FixConfig(steps=200))
+
+The runs, all from the program's start with the same seeds unless said:
+
+1. the unfixed program, audited: the diagnosis and the baseline score;
+2. the same run again: if its losses differ from the first by a single bit, the program
+   cannot be re-run from the same state (it reads live data, a clock, an unseeded
+   source) and no fix is judged;
+3. `repeats` unfixed runs with shifted seeds: the run-to-run noise (`verdict`);
+4. one run per candidate fix (`remedies`); a fix that changes how the loss itself is
+   computed (removing a softmax before the loss) is compared with an unfixed run whose
+   held-out loss is computed the fixed way, so both are scored by the same function.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from leaky.finding import Finding
+from leaky.fix import metrics, verdict
+from leaky.fix.change import Change
+from leaky.fix.remedies import Candidate, Context, propose, without_remedy
+from leaky.fix.trial import Trial, run_trial
+
+SCHEMA = "leaky/fix-v1"
+
+
+@dataclass(frozen=True)
+class FixConfig:
+    steps: int = 200         # K: training steps of every run
+    holdout: int = 20        # H: held-out steps after step K, model frozen, that score a run
+    repeats: int = 2         # unfixed runs with shifted seeds, for the noise
+    audit_steps: int = 20    # steps audited in each run (the leak metrics)
+
+
+@dataclass
+class Outcome:
+    candidate: Candidate
+    trial: Trial
+    unfixed_score: float | None     # the score it is compared with
+    verdict: str
+    metrics: list[tuple[str, str, str, str]]   # (finding code + where, what, before, after)
+    change: Change | None = None
+
+
+@dataclass
+class FixResult:
+    program: str
+    config: FixConfig
+    baseline: Trial
+    noise: verdict.Noise | None = None
+    reproducible: bool | None = None
+    difference: str | None = None          # where two identical runs differed
+    outcomes: list[Outcome] = field(default_factory=list)
+    unfixable: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.baseline.report.findings if self.baseline.report is not None else []
+
+    def to_dict(self) -> dict:
+        base = self.baseline
+        return {
+            "schema": SCHEMA,
+            "program": self.program,
+            "config": {"steps": self.config.steps, "holdout": self.config.holdout,
+                       "repeats": self.config.repeats, "audit_steps": self.config.audit_steps},
+            "baseline": _trial_dict(base),
+            "held_out": base.held_out,
+            "reproducible": self.reproducible,
+            "difference": self.difference,
+            "noise": None if self.noise is None else {"scores": list(self.noise.scores), "margin": self.noise.margin,
+                                                      "how": NOISE_HOW},
+            "findings": [f.to_dict() for f in self.findings],
+            "fixes": [_outcome_dict(o) for o in self.outcomes],
+            "without_fix": [{"code": f.code, "name": f.name, "where": f.where} for f in self.unfixable],
+            "seconds": self.seconds,
+        }
+
+
+NOISE_HOW = ("the unfixed program re-run with every seed it sets (torch.manual_seed, random.seed, "
+             "numpy.random.seed) shifted by +1, +2, ...; margin = max(spread of the scores, 1% of the score)")
+
+
+def _trial_dict(trial: Trial) -> dict:
+    return {"score": trial.score, "steps": trial.steps, "held_out_steps": len(trial.holdout),
+            "status": trial.status, "error": trial.error, "seconds": trial.seconds,
+            "first_loss": trial.losses[0] if trial.losses else None,
+            "last_loss": trial.losses[-1] if trial.losses else None}
+
+
+def _outcome_dict(outcome: Outcome) -> dict:
+    candidate = outcome.candidate
+    return {"fix": candidate.title, "key": [str(k) for k in candidate.key],
+            "findings": [{"code": f.code, "name": f.name, "where": f.where} for f in candidate.findings],
+            "applied": outcome.trial.applied, "note": candidate.note, "changes_loss": candidate.changes_loss,
+            "metrics": [{"finding": m[0], "measure": m[1], "before": m[2], "after": m[3]} for m in outcome.metrics],
+            "loss_unfixed": outcome.unfixed_score, "loss_fixed": outcome.trial.score,
+            "seconds": outcome.trial.seconds, "verdict": outcome.verdict,
+            "change": None if outcome.change is None else outcome.change.to_dict(),
+            "run": _trial_dict(outcome.trial)}
+
+
+def context_of(trial: Trial) -> Context:
+    """What remedies may read of the unfixed run: statistics, the model's names and sites."""
+    tracker = trial.modules
+    types, construction, roots = {}, {}, []
+    for info in getattr(tracker, "infos", []):
+        name = tracker.name(info.key)
+        types.setdefault(name, info.type_name)
+        if info.path == "" and any(True for _ in info.module.parameters()):
+            roots.append(tracker.root_labels.get(info.key))
+        site = trial.module_sites.get(id(info.module))
+        if site is not None:
+            construction.setdefault(name, site)
+    return Context(trial.stats, trial.report.findings, trial.backward_site,
+                   roots[0] if len(roots) == 1 else None, types, construction)
+
+
+def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name: str = "program",
+              progress: Callable[[str], None] | None = None) -> FixResult:
+    say = progress or (lambda text: None)
+    start = time.perf_counter()
+
+    def trial(make_fix=None, offset=0, label=None, holdout_fix=None) -> Trial:
+        return run_trial(program, make_fix, offset, config.steps, config.holdout, config.audit_steps, label,
+                         holdout_fix)
+
+    say(f"unfixed run: {config.steps} steps + {config.holdout} held out, auditing the first {config.audit_steps}")
+    base = trial()
+    result = FixResult(name, config, base)
+    if base.report is None or not base.steps:
+        result.seconds = time.perf_counter() - start
+        return result
+    candidates = propose(base.report.findings, context_of(base))
+    result.unfixable = without_remedy(base.report.findings, candidates)
+    if not candidates:
+        result.seconds = time.perf_counter() - start
+        return result
+    say("the same run again, to check it can be re-run from the same state")
+    again = trial()
+    result.reproducible, result.difference = _same(base, again)
+    scores = [base.score]
+    for offset in range(1, config.repeats + 1):
+        say(f"unfixed run with seeds shifted by {offset} (noise)")
+        scores.append(trial(offset=offset).score)
+    result.noise = verdict.noise([s if s is not None else float("inf") for s in scores])
+    for index, candidate in enumerate(candidates, 1):
+        say(f"fix {index}/{len(candidates)}: {candidate.title}")
+        result.outcomes.append(_try(candidate, base, result, trial))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _try(candidate: Candidate, base: Trial, result: FixResult, trial) -> Outcome:
+    fixed = trial(candidate.build, label=candidate.title)
+    unfixed_score = base.score
+    if candidate.changes_loss:
+        unfixed_score = trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build).score
+    if not result.reproducible:
+        decided = verdict.NOT_JUDGED
+    elif not fixed.applied:
+        decided = verdict.NOT_JUDGED
+    else:
+        decided = verdict.judge(unfixed_score, fixed.score, result.noise.margin)
+    rows = []
+    for finding in candidate.findings:
+        label, before = metrics.measure(finding, base.stats, base.report.findings)
+        _, after = metrics.measure(finding, fixed.stats, fixed.report.findings if fixed.report else [])
+        rows.append((f"{finding.code} {finding.where}", label, before, after))
+    change = candidate.change() if decided == verdict.HELPS else None
+    return Outcome(candidate, fixed, unfixed_score, decided, rows, change)
+
+
+def _same(a: Trial, b: Trial) -> tuple[bool, str | None]:
+    for step, (x, y) in enumerate(zip(a.losses + a.holdout, b.losses + b.holdout)):
+        if x != y and not (x != x and y != y):
+            return False, f"step {step}: loss {x!r} in one run, {y!r} in the other"
+    if len(a.losses) != len(b.losses) or len(a.holdout) != len(b.holdout):
+        return False, f"one run made {a.steps} steps, the other {b.steps}"
+    return True, None

@@ -1,0 +1,226 @@
+"""One counterfactual run: the program from its start, K training steps, then H held-out steps.
+
+A trial runs the user's program (a script or a callable) with
+
+- its seeds shifted by `offset` (0: exactly the user's run): every `torch.manual_seed`,
+  `random.seed` and `numpy.random.seed` call adds the offset, and the global generators
+  start from the offset when the program seeds nothing;
+- optionally one run-time `Fix` (see `runtime`);
+- an audit of its first steps, for the leak metrics;
+- a `StepControl` that counts optimizer steps, keeps the loss of each, and after K steps
+  freezes the parameters (every later step is undone) for H more steps: their losses are
+  the model's loss at step K on the next H batches of the program's own stream, which it
+  has not trained on. Then the program is stopped.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.nn.modules import module as module_globals
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from leaky.audit import Audit
+from leaky.config import AuditConfig
+from leaky.record.monitor import TensorBackwardPatch
+from leaky.record.sites import SourceLocator
+from leaky.record.recorder import StopObserving
+from leaky.report import Report
+from leaky.stats import AuditStats
+
+
+@dataclass
+class Trial:
+    """What one run showed."""
+
+    offset: int
+    fix: str | None
+    losses: list[float]                 # training loss of each optimizer step, K at most
+    holdout: list[float]                # loss on the H batches after step K, model frozen at step K
+    seconds: float
+    status: str                         # "stopped" (after K + H steps) | "finished" | "failed" | "exited"
+    error: str | None = None
+    applied: list[str] = field(default_factory=list)   # what the fix changed (empty: never met)
+    report: Report | None = None
+    stats: AuditStats | None = None
+    output: str = ""                    # the program's last printed lines
+    backward_site: tuple[str, int] | None = None       # where the first loss.backward() was called
+    module_sites: dict[int, tuple[str, int]] = field(default_factory=dict)   # id(module) -> where built
+    modules: object = None              # the audit's ModuleTracker: paths and types of the modules
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+    @property
+    def held_out(self) -> bool:
+        return bool(self.holdout)
+
+    @property
+    def score(self) -> float | None:
+        """Mean held-out loss (inf if any is non-finite); without held-out batches, the
+        mean of the last five training losses; None when no step ran."""
+        values = self.holdout or self.losses[-5:]
+        if not values:
+            return None
+        if any(v != v or v in (float("inf"), float("-inf")) for v in values):
+            return float("inf")
+        return sum(values) / len(values)
+
+
+class StepControl:
+    """Counts the lead optimizer's steps; freezes the model for the held-out steps; stops."""
+
+    def __init__(self, steps: int, holdout: int, holdout_fix: Callable | None = None) -> None:
+        self.steps, self.holdout_steps = steps, holdout
+        self._make_holdout_fix = holdout_fix     # a fix that acts on the held-out steps only
+        self.holdout_fix = None
+        self.losses: list[torch.Tensor | float] = []
+        self.holdout: list[torch.Tensor | float] = []
+        self._loss: torch.Tensor | None = None
+        self._lead = None
+        self._saved: dict[int, list[torch.Tensor]] = {}
+        self._patch = TensorBackwardPatch(self._on_backward)
+        self._handles = []
+        self._locator = SourceLocator()
+        self.backward_site: tuple[str, int] | None = None
+        self.module_sites: dict[int, tuple[str, int]] = {}
+
+    def __enter__(self) -> "StepControl":
+        self._patch.__enter__()
+        self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post),
+                         module_globals.register_module_module_registration_hook(self._on_module)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.holdout_fix is not None:
+            self.holdout_fix.__exit__(*exc)
+        self._patch.__exit__(*exc)
+
+    @property
+    def frozen(self) -> bool:
+        return len(self.losses) >= self.steps
+
+    def _on_module(self, parent, name, module) -> None:
+        """Where each submodule is assigned: the line that builds it, for diffs."""
+        if module is not None and id(module) not in self.module_sites:
+            where = self._locator.locate()
+            if where is not None:
+                self.module_sites[id(module)] = (where[0], where[1])
+
+    def _on_backward(self, original, tensor, args, kwargs):
+        if self.backward_site is None:
+            where = self._locator.locate()
+            self.backward_site = (where[0], where[1]) if where is not None else None
+        if self._loss is None and isinstance(tensor, torch.Tensor) and tensor.numel() == 1 \
+                and tensor.is_floating_point():
+            with torch.no_grad():
+                self._loss = tensor.detach().reshape(()).float().clone()
+        return original(tensor, *args, **kwargs)
+
+    def _pre(self, optimizer, args, kwargs):
+        if self.frozen:
+            with torch.no_grad():
+                self._saved[id(optimizer)] = [p.detach().clone() for group in optimizer.param_groups
+                                              for p in group["params"]]
+        return None
+
+    def _post(self, optimizer, args, kwargs) -> None:
+        saved = self._saved.pop(id(optimizer), None)
+        if saved is not None:
+            with torch.no_grad():
+                for p, value in zip((p for group in optimizer.param_groups for p in group["params"]), saved):
+                    p.copy_(value)
+        if self._lead is None:
+            self._lead = optimizer
+        if optimizer is not self._lead:
+            return
+        loss, self._loss = self._loss, None
+        value = loss if loss is not None else float("nan")
+        (self.holdout if saved is not None else self.losses).append(value)
+        if self.frozen and self._make_holdout_fix is not None and self.holdout_fix is None:
+            self.holdout_fix = self._make_holdout_fix()
+            self.holdout_fix.__enter__()
+        if len(self.holdout) >= self.holdout_steps and self.frozen:
+            raise StopObserving()
+
+    def results(self) -> tuple[list[float], list[float]]:
+        def host(values):
+            return [float(v) for v in values]
+        return host(self.losses), host(self.holdout)
+
+
+class SeedOffset:
+    """Shift every seed the program sets by `offset`; seed the global generators first."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self._saved: list[tuple[object, str, Callable]] = []
+
+    def __enter__(self) -> "SeedOffset":
+        targets = [(torch, "manual_seed"), (torch.random, "manual_seed"), (random, "seed")]
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            targets.append((numpy.random, "seed"))
+        for owner, name in targets:
+            original = getattr(owner, name)
+            self._saved.append((owner, name, original))
+            setattr(owner, name, self._shifted(original))
+        torch.manual_seed(0)
+        random.seed(0)
+        if numpy is not None:
+            numpy.random.seed(0)
+        return self
+
+    def _shifted(self, original: Callable) -> Callable:
+        offset = self.offset
+
+        def seed(value=None, *args, **kwargs):
+            if isinstance(value, int) and offset:
+                value = (value + offset) % (2 ** 32)
+            return original(value, *args, **kwargs)
+        seed.__wrapped__ = original
+        return seed
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+
+def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: int, steps: int,
+              holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None) -> Trial:
+    """Run `program` once under a seed offset, an optional fix, an audit and the step control."""
+    from leaky.script import describe_exception
+
+    fix = make_fix() if make_fix is not None else None
+    control = StepControl(steps, holdout, holdout_fix)
+    audit = Audit(config=AuditConfig(steps=min(audit_steps, steps)))
+    output = io.StringIO()
+    status, error = "finished", None
+    start = time.perf_counter()
+    with SeedOffset(offset), (fix or contextlib.nullcontext()), control, audit:
+        try:
+            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+                program()
+        except StopObserving:
+            status = "stopped"
+        except SystemExit as exc:
+            status = "exited" if exc.code not in (0, None) else "finished"
+        except Exception as exc:   # the program's own failure: keep what ran
+            status, error = "failed", describe_exception(exc)
+    seconds = time.perf_counter() - start
+    losses, held = control.results()
+    tail = "\n".join(output.getvalue().splitlines()[-5:])
+    return Trial(offset, label, losses, held, seconds, status, error, fix.applied if fix else [],
+                 audit.report, audit.stats, tail, control.backward_site, control.module_sites,
+                 audit.recorder.modules)
