@@ -351,7 +351,8 @@ class StatsBuilder:
             wrong = tuple({"input": v.index, "relative_error": v.relative_error, "analytic": v.analytic,
                            "numeric": v.numeric} for v in check.result.wrong)
             yield FunctionStats(check.name, self.modules.name(check.module), _source(check.where),
-                                check.result.checked, check.result.note, wrong, _source(check.backward_at))
+                                check.result.checked, check.result.note, wrong, _source(check.backward_at),
+                                tuple(_source(w) for w in check.gradient_at))
 
     def _where(self, site: int):
         record = self.sites.sites[site]

@@ -179,6 +179,7 @@ class FunctionStats:
     note: str
     wrong: tuple[dict, ...]       # per wrong input: index, relative_error, analytic, numeric
     backward_source: Source | None = None   # where its backward is defined
+    gradient_sources: tuple[Source | None, ...] = ()   # per input: the line of backward computing its gradient
 
 
 @dataclass(frozen=True)

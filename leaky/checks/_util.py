@@ -1,7 +1,9 @@
 """Small helpers the checks share: severity from thresholds, number formatting."""
 from __future__ import annotations
 
-from leaky.finding import Severity
+import os
+
+from leaky.finding import Severity, Source
 
 
 def severity_above(value: float, warning: float, error: float) -> Severity | None:
@@ -35,3 +37,8 @@ def num(value: float | None) -> str:
 
 def pct(share: float | None) -> str:
     return "n/a" if share is None else f"{100 * share:.0f}%"
+
+
+def line_of(source: Source | None) -> str:
+    """A source line for a message: file name and line (the finding keeps the full path)."""
+    return "an unknown line" if source is None else f"{os.path.basename(source.file)}:{source.line}"

@@ -6,7 +6,9 @@ defined inside torch itself (checkpointing, say) are left alone.
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ class FunctionCheck:
     where: tuple[str, int] | None       # the call
     result: GradcheckResult
     backward_at: tuple[str, int] | None = None   # where its backward is defined: where a fix goes
+    gradient_at: tuple = ()   # per input: the line of backward that computes its gradient (or None)
 
 
 def _backward_location(cls) -> tuple[str, int] | None:
@@ -37,6 +40,41 @@ def _backward_location(cls) -> tuple[str, int] | None:
         return None
     offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
     return inspect.getsourcefile(backward), first + offset   # the def line, after decorators
+
+
+def _gradient_lines(cls) -> tuple:
+    """Per input of a Function, the line of its backward that computes that input's
+    gradient: the i-th value of the return statement, or, when it is a plain name, the
+    last assignment to that name before it. Empty when backward has several returns."""
+    try:
+        backward = inspect.unwrap(cls.backward)
+        lines, first = inspect.getsourcelines(backward)
+        filename = inspect.getsourcefile(backward)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (TypeError, OSError, SyntaxError, IndentationError):
+        return ()
+    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None] if func else []
+    if len(returns) != 1:
+        return ()
+    value = returns[0].value
+    values = value.elts if isinstance(value, ast.Tuple) else [value]
+    assigned: dict[str, int] = {}
+    for node in sorted((n for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))),
+                       key=lambda n: n.lineno):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name) and node.lineno <= returns[0].lineno:
+                    assigned[name.id] = node.lineno
+    result = []
+    for item in values:
+        if isinstance(item, ast.Constant) and item.value is None:
+            result.append(None)
+            continue
+        line = assigned.get(item.id, item.lineno) if isinstance(item, ast.Name) else item.lineno
+        result.append((filename, first + line - 1))
+    return tuple(result)
 
 
 def _user_function(cls) -> bool:
@@ -92,4 +130,5 @@ class FunctionWatch:
                 result = check_function(lambda *xs: original(cls, *xs, **kwargs), args)
         finally:
             self._busy = False
-        self.checks[cls] = FunctionCheck(cls.__name__, module, where, result, _backward_location(cls))
+        self.checks[cls] = FunctionCheck(cls.__name__, module, where, result, _backward_location(cls),
+                                         _gradient_lines(cls))

@@ -238,10 +238,10 @@ class ScaledTanhForgot(ScaledTanh):
     """The same layer, but the weight gradient forgets the tanh derivative."""
 
     @staticmethod
-    def backward(ctx, grad):  # LK305-backward
+    def backward(ctx, grad):
         x, w, y = ctx.saved_tensors
         local = grad * (1 - y * y)
-        return local @ w.t(), x.t() @ grad
+        return local @ w.t(), x.t() @ grad  # LK305-backward
 
 
 class HandWritten(nn.Module):
