@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from leaky.config import AuditConfig
+from leaky.fold_origins import cast_stats_of, optimizer_stats_of
 from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
 from leaky.record.gradients import HostStep
 from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
@@ -118,14 +119,18 @@ class StatsBuilder:
         self.param_grad_steps: dict[int, int] = defaultdict(int)
         self.param_last_norm: dict[int, float] = {}
         self.opt_params: dict[int, nn.Parameter] = {}
+        self.param_group: dict[int, tuple[int, int]] = {}   # id(param) -> (optimizer index, group index)
+        self.origins = None   # the recorder's OriginWatch, set at build
+        self._first_optimizer_order: int | None = None
         self._param_owner: dict[int, tuple[int, str, nn.Parameter]] = {}
         self._owners_seen = -1
 
     # -- parameters ------------------------------------------------------------------
-    def note_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        for group in optimizer.param_groups:
+    def note_optimizer(self, optimizer: torch.optim.Optimizer, index: int) -> None:
+        for group_index, group in enumerate(optimizer.param_groups):
             for param in group["params"]:
                 self.opt_params[id(param)] = param
+                self.param_group.setdefault(id(param), (index, group_index))
 
     def _owners(self) -> dict[int, tuple[int, str, nn.Parameter]]:
         if self._owners_seen != len(self.modules.infos):
@@ -296,9 +301,13 @@ class StatsBuilder:
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
               backward_calls: int, probes, function_checks: dict, idle_optimizer: bool = False,
-              init_sites: dict | None = None) -> AuditStats:
+              init_sites: dict | None = None, origins=None, idle_at: tuple | None = None) -> AuditStats:
         from leaky.record.recurrence import RadiusCache, find_recurrences  # local: imports stats
 
+        self.origins = origins
+        optimizer_stats = optimizer_stats_of(origins, optimizers) if origins is not None else ()
+        built = [origins.optimizer(o) for o in optimizers] if origins is not None else []
+        self._first_optimizer_order = min((o.order for o in built if o.where is not None), default=None)
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
         by_site = {op.site: op for op in ops}
         activations = tuple(self._activation_stats(site, stats, by_site) for site, stats in units.items())
@@ -324,7 +333,8 @@ class StatsBuilder:
                           types, ran, self.clean_steps, losses_seen, inputs, weights,
                           tuple(self._function_stats(function_checks)), scaler, series, tuple(self.sample_steps),
                           dict(self.carried_steps), dict(self.carry_checked), self._optimizer_modules(optimizers),
-                          idle_optimizer)
+                          idle_optimizer, optimizer_stats, cast_stats_of(origins) if origins is not None else (),
+                          _source(idle_at))
 
     def _optimizer_modules(self, optimizers: list) -> dict[int, list[str]]:
         """For each optimizer (index), the modules whose parameters it holds."""
@@ -356,8 +366,21 @@ class StatsBuilder:
 
     def _where(self, site: int):
         record = self.sites.sites[site]
-        where = (record.file, record.line) if record.file else None
-        return self.modules.name(record.module_key), _source(where)
+        return self.modules.name(record.module_key), self._site_source(record)
+
+    def _site_source(self, site):
+        """Where an op ran: the first user frame, or, for a built-in layer that a torch
+        container ran (a layer of an nn.Sequential), the line that constructed the layer.
+
+        NOTE: inside a container the first user frame is the container's call, the same
+        line for every layer in it; the construction line tells the layers apart."""
+        if site.module_key is not None and self.origins is not None:
+            info = self.modules.infos[site.module_key]
+            if info.called_by_torch and type(info.module).__module__.startswith("torch."):
+                built = self.origins.module_built_at(info.module)
+                if built is not None:
+                    return _source(built)
+        return _source((site.file, site.line) if site.file else None)
 
     def _probe_stats(self, probes, init_sites: dict):
         losses = []
@@ -391,7 +414,7 @@ class StatsBuilder:
         zeroed = acc.zeroed / acc.nonzero_in if acc.nonzero_in > 0 else None
         profile = tuple(n for _, n in acc.profile) if acc.profile else None
         return OpStats(site.index, site.op, site.node, self.modules.name(site.module_key), site.module_key,
-                       _source((site.file, site.line) if site.file else None), site.first_seq, acc.steps,
+                       self._site_source(site), site.first_seq, acc.steps,
                        acc.occ / acc.steps if acc.steps else 0.0, mean(acc.log_in, acc.n_in),
                        mean(acc.log_out, acc.n_out), mean(acc.log_par, acc.n_par),
                        mean(acc.log_gain, acc.n_gain), zeroed, acc.nonzero_in, profile, dict(site.detail),
@@ -460,11 +483,15 @@ class StatsBuilder:
         updates = list(self.updates.get(pid, ()))
         ratios = [r for _, r, graded, _ in updates if r is not None and graded]
         graded_steps = [u for _, _, graded, u in updates if graded]
+        optimizer, group = self.param_group.get(pid, (None, None))
+        where, order = self.origins.params.get(pid, (None, None)) if self.origins is not None else (None, None)
+        first = self._first_optimizer_order
         return ParamStats(full, module, key, tuple(param.shape), param.requires_grad,
                           pid in self.opt_params, self.param_grad_steps.get(pid, 0),
                           self.param_last_norm.get(pid),
                           float(np.median(ratios)) if ratios else None, max(ratios) if ratios else None,
                           tuple((step, r) for step, r, graded, _ in updates if r is not None and graded),
-                          sum(1 for u in graded_steps if u == 0), len(graded_steps))
+                          sum(1 for u in graded_steps if u == 0), len(graded_steps), optimizer, group,
+                          _source(where), order is not None and first is not None and order > first)
 
 

@@ -85,6 +85,45 @@ class ParamStats:
     update_ratios: tuple[tuple[int, float], ...] = ()   # (step, ratio), sampled steps
     zero_update_steps: int = 0    # sampled steps with a nonzero gradient and no change at all
     graded_update_steps: int = 0  # sampled steps with a nonzero gradient and a measured update
+    optimizer: int | None = None  # index into AuditStats.optimizers of the optimizer that holds it
+    group: int | None = None      # ... and its param group there
+    source: Source | None = None  # where it was created (its module's construction, normally)
+    created_after_optimizer: bool = False   # created after the first optimizer was built
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    """A learning-rate scheduler: where it was built, and its lr function's line."""
+
+    kind: str                     # "LambdaLR", "CosineAnnealingLR", ...
+    source: Source | None         # where it was constructed
+    function_source: Source | None = None   # LambdaLR/MultiplicativeLR: where its lr function gives the factor
+
+
+@dataclass(frozen=True)
+class OptimizerStats:
+    """An optimizer that stepped: where it was built and driven, and its learning rates."""
+
+    index: int
+    kind: str                     # "Adam", "SGD", ...
+    source: Source | None         # where it was constructed: where its learning rate was given
+    step_source: Source | None    # where its step() is called
+    zero_grad_sources: tuple[Source, ...]   # zero_grad() calls that clear its parameters' gradients
+    cleared_steps: int            # steps on which a zero_grad() cleared them between backward() and step()
+    cleared_source: Source | None  # ... that zero_grad() call
+    initial_lrs: tuple[float | None, ...]   # per param group, as constructed
+    lr_range: tuple[tuple[float, float] | None, ...]   # per param group: lowest and highest lr, sampled steps
+    scheduler: SchedulerStats | None = None
+
+
+@dataclass(frozen=True)
+class CastStats:
+    """Where parameters or ops were put in float16/bfloat16."""
+
+    kind: str                     # "module" (Module.half() / .to(dtype)) | "autocast"
+    dtype: str                    # "float16" | "bfloat16"
+    source: Source | None
+    target: str                   # the module's class name, or the autocast device
 
 
 @dataclass(frozen=True)
@@ -209,6 +248,9 @@ class AuditStats:
     carry_checked: dict[int, int] = field(default_factory=dict)   # per optimizer: steps checked
     optimizer_modules: dict[int, list[str]] = field(default_factory=dict)   # per optimizer: its modules
     idle_optimizer: bool = False  # a live optimizer holds the trained parameters but never stepped
+    optimizers: tuple[OptimizerStats, ...] = ()   # the optimizers that stepped, in order of their first step
+    casts: tuple[CastStats, ...] = ()
+    idle_source: Source | None = None   # idle optimizer: a bare `optimizer.step` statement, or the backward() call
 
     @classmethod
     def empty(cls) -> "AuditStats":

@@ -57,6 +57,42 @@ def test_autocast_training_is_bit_identical_under_audit():
     assert all(torch.equal(a, b) for a, b in zip(p1, p2))
 
 
+def test_setup_inside_the_audit_is_bit_identical():
+    """Model, optimizer and scheduler built under observation, a dtype cast, module and
+    optimizer zero_grad(): the wrapped constructors and methods change nothing."""
+    def run(audited):
+        ctx = leaky.audit() if audited else None
+        with (ctx or _Null()):
+            torch.manual_seed(11)
+            model = MLP(dropout=0.1).double()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 3))
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(model.parameters(), lr=0.1))
+            x, y = torch.randn(16, 8, dtype=torch.float64), torch.randint(0, 3, (16,))
+            losses = []
+            for step in range(4):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                (model if step % 2 else opt).zero_grad()
+                loss.backward()
+                opt.step()
+                sched.step()
+                plateau.step(loss.item())
+                losses.append(loss.detach().clone())
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    (l1, p1), (l2, p2) = run(False), run(True)
+    assert all(torch.equal(a, b) for a, b in zip(l1, l2))
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2))
+    assert no_leaky_left() == []
+
+
+def test_nothing_left_when_a_wrapped_constructor_raises():
+    with pytest.raises(ValueError, match="empty parameter list"):
+        with leaky.audit():
+            torch.optim.SGD([], lr=0.1)
+    assert no_leaky_left() == []
+
+
 class _Null:
     def __enter__(self):
         return self

@@ -4,6 +4,8 @@ Global forward pre/post hooks keep a stack of running modules. The first time a 
 runs with an empty stack it is a root: its `named_modules()` give every descendant its
 dotted path. When one program has several roots (a Q-network and its target network), the
 paths are prefixed with the variable that holds each root, found in the caller's frame.
+It also notes, once per module, whether torch code called it (a layer that `nn.Sequential`
+runs) rather than the user's own code.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from torch.utils.hooks import RemovableHandle
 
 from leaky.record.sites import _is_internal
 
+_MODULE_FILE = module_globals.__file__
+
 
 @dataclass
 class ModuleInfo:
@@ -24,6 +28,7 @@ class ModuleInfo:
     path: str            # dotted path from the root's named_modules(); "" for the root
     type_name: str
     module: nn.Module
+    called_by_torch: bool | None = None   # its first call came from torch code (a container), not the user's
 
 
 class ModuleTracker:
@@ -88,6 +93,15 @@ class ModuleTracker:
                     yield info.key, pname, param
 
     # -- hooks ---------------------------------------------------------------------
+    def note_caller(self, key: int) -> None:
+        """Once per module, from inside one of its ops: did torch code call it?
+
+        NOTE: done from the op, not from the forward pre-hook, because torch.compile traces
+        global hooks and cannot trace frame inspection."""
+        info = self.infos[key]
+        if info.called_by_torch is None:
+            info.called_by_torch = _caller_is_internal()
+
     def _pre(self, module: nn.Module, args) -> None:
         self._stack.append(self.key_of(module))
 
@@ -108,6 +122,17 @@ class ModuleTracker:
             self.infos.append(ModuleInfo(key, root_key, path, type(module).__name__, module))
             self._by_id[id(module)] = key
         return self._by_id[id(root)]
+
+
+def _caller_is_internal() -> bool:
+    """Whether the code that called the running module is torch's or leaky's rather than
+    the user's: the frame above the innermost run of nn.Module's call machinery."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename != _MODULE_FILE:
+        frame = frame.f_back
+    while frame is not None and frame.f_code.co_filename == _MODULE_FILE:
+        frame = frame.f_back
+    return frame is not None and _is_internal(frame.f_code.co_filename)
 
 
 _WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}

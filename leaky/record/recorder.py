@@ -22,6 +22,7 @@ from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.opmode import OpMode, parameters_in
+from leaky.record.origins import OriginWatch, bare_method_statement
 from leaky.record.sites import SiteTable, SourceLocator
 from leaky.record.steps import StepTracking
 from leaky.fold import StatsBuilder
@@ -64,6 +65,7 @@ class Recorder(StepTracking):
         self.modules = ModuleTracker()
         self.sites = SiteTable()
         self.locator = SourceLocator()
+        self.origins = OriginWatch(self.locator, self.guarded, self._note_zero_grad)
         self.buffer = StepBuffer()
         self.grads = GradientRecorder(self.buffer, self.fail)
         self.error: str | None = None       # leaky's own failure, if one happened
@@ -89,10 +91,13 @@ class Recorder(StepTracking):
         self._old_grads: dict[int, list] = {}   # id(optimizer) -> gradient left at each backward start
         self._stepped: set[int] = set()          # optimizers that have stepped at least once
         self._scaler = None                      # a live GradScaler (False: looked, none)
+        self._zeroed_since_backward: list[tuple] = []   # zero_grad() calls since the last backward
+        self.backward_at: tuple | None = None    # where the first backward() was called
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
         self.modules.__enter__()
+        self.origins.__enter__()
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
         self._handles.append(optim_globals.register_optimizer_step_post_hook(self._after_opt_step))
         self.functions.__enter__()
@@ -119,6 +124,7 @@ class Recorder(StepTracking):
             self.grads.remove_all()
             self.modules.__exit__()
             self.functions.__exit__()
+            self.origins.__exit__()
         if self.buffer.records and self.error is None:
             self.guarded(self._flush)
         if self.error is None and (self.monitor.pending or self.monitor.loss is not None):
@@ -155,7 +161,17 @@ class Recorder(StepTracking):
     def finish(self) -> AuditStats:
         idle = bool(self._optimizer_exists) and not self.saw_optimizer and self.backward_calls >= 2
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
-                                  self.backward_calls, self.probes, self.functions.checks, idle, self.init_sites)
+                                  self.backward_calls, self.probes, self.functions.checks, idle, self.init_sites,
+                                  self.origins, self._idle_at() if idle else None)
+
+    def _idle_at(self) -> tuple | None:
+        """With an optimizer that never stepped: a bare `optimizer.step` statement near the
+        backward() call (the method named, not called), else the backward() call itself."""
+        return bare_method_statement(self.backward_at, "step") or self.backward_at
+
+    def _note_zero_grad(self, key: tuple) -> None:
+        if self.active and len(self._zeroed_since_backward) < 64:
+            self._zeroed_since_backward.append(key)
 
     # -- forward ---------------------------------------------------------------------
     def on_op(self, op: str, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
@@ -166,6 +182,8 @@ class Recorder(StepTracking):
             self.unauditable = "the model runs on the meta device: its tensors have shapes but no values"
             return
         module = self.modules.current
+        if module is not None and self.modules.infos[module].called_by_torch is None:
+            self.modules.note_caller(module)
         where = self.locator.locate()
         detail = self._detail(op, args, kwargs)
         first_site = None

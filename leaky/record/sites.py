@@ -48,6 +48,27 @@ class SourceLocator:
             frame = frame.f_back
         return None
 
+    def locate_maker(self, made: Any) -> tuple[str, int, int] | None:
+        """Where `made` was constructed: the first user frame that is not one of its own
+        `__init__`s (`Net()`, not the `super().__init__()` inside `Net.__init__`)."""
+        frame = sys._getframe(1)
+        internal = self._internal
+        while frame is not None:
+            code = frame.f_code
+            verdict = internal.get(code)
+            if verdict is None:
+                verdict = internal[code] = _is_internal(code.co_filename)
+            if not verdict and not _constructing(frame, made):
+                return code.co_filename, frame.f_lineno, frame.f_lasti
+            frame = frame.f_back
+        return None
+
+
+def _constructing(frame, made: Any) -> bool:
+    code = frame.f_code
+    return (code.co_name == "__init__" and code.co_argcount > 0
+            and frame.f_locals.get(code.co_varnames[0]) is made)
+
 
 @dataclass
 class Site:

@@ -37,6 +37,9 @@ class StepTracking:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
                     self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
             self._probe_old_grads()
+        if self.backward_at is None:
+            self.backward_at = self.locator.locate()
+        self._zeroed_since_backward.clear()
         self.backward_calls += 1
         self._calls_since_step += 1
 
@@ -103,7 +106,8 @@ class StepTracking:
             return None
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
-            self.builder.note_optimizer(optimizer)
+            self.builder.note_optimizer(optimizer, len(self.optimizers) - 1)
+        self.guarded(self._note_step_origin, optimizer, self.observing)
         self.saw_optimizer = True
         self.last_optimizer = optimizer
         self._in_step = True
@@ -115,6 +119,21 @@ class StepTracking:
         self.observing = False   # the optimizer's own ops are not the model's
         self._suspend_mode()
         return self._observe_closure(args, kwargs, sampled)
+
+    def _note_step_origin(self, optimizer, sampled: bool) -> None:
+        """Where this optimizer is stepped, whether a zero_grad() cleared its gradients
+        between the step's backward() and now, and its learning rates on sampled steps."""
+        origin = self.origins.optimizer(optimizer)
+        if origin.step_at is None:
+            origin.step_at = self.locator.locate()
+        if self._calls_since_step and self._zeroed_since_backward:
+            ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            hit = next((key for key in self._zeroed_since_backward if self.origins.clears(key, optimizer, ids)), None)
+            if hit is not None:
+                origin.cleared_steps += 1
+                origin.cleared_at = origin.cleared_at or self.origins.zero_grads[hit].where
+        if sampled:
+            origin.note_lrs(optimizer)
 
     def _observe_closure(self, args, kwargs, sampled: bool):
         """optimizer.step(closure) runs forward and backward inside the step (Lightning,
