@@ -67,11 +67,15 @@ def test_zero_grad_between_backward_and_step():
         for _ in range(4):
             loss = F.mse_loss(model(torch.randn(16, 4)), torch.randn(16, 1))
             loss.backward()
-            opt.zero_grad()
+            opt.zero_grad()  # ZERO-GRAD-BETWEEN
             opt.step()
-    findings = audit.report.by_code("LK108")
-    assert findings and all(f.op == "cleared" for f in findings)
-    assert "between backward() and step()" in findings[0].fix
+    # backward() computed the gradients (no cut path, so not LK108): the optimizer never
+    # applies them (LK201), and the finding points at the misplaced zero_grad().
+    assert not audit.report.by_code("LK108")
+    (finding,) = audit.report.by_code("LK201")
+    assert finding.evidence["cause"] == "gradients cleared before the step"
+    assert finding.source.line == _line("ZERO-GRAD-BETWEEN")
+    assert "between backward() and step()" in finding.fix
 
 
 def test_a_detach_after_an_activation_names_the_cut():

@@ -35,12 +35,13 @@ def loss_curve(stats: AuditStats, min_steps: int) -> LossCurve | None:
 
 
 def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: str) -> list[Finding]:
-    """The findings among `codes` that can explain the loss, most severe first. An
-    update-ratio finding counts only in the given direction: a too-high rate explains a
-    rising loss, a too-low one a flat loss."""
+    """The findings among `codes` that can explain the loss, most severe first, then in the
+    order of `codes` (root causes before their consequences). An update-ratio finding counts
+    only in the given direction: a too-high rate explains a rising loss, a too-low one a
+    flat loss."""
     def fits(f: Finding) -> bool:
         return f.code in codes and (f.code != "LK202" or f.evidence.get("direction") == update_direction)
-    return sorted((f for f in findings if fits(f)), key=lambda f: -f.severity.rank)
+    return sorted((f for f in findings if fits(f)), key=lambda f: (-f.severity.rank, codes.index(f.code)))
 
 
 def cause_text(found: list[Finding]) -> str:

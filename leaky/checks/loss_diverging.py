@@ -17,7 +17,10 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_EXPLAINS = ("LK107", "LK202", "LK104", "LK105", "LK203")
+# NOTE: in order of precedence. An update larger than the weight itself (LK202 error) is
+# the mechanism of the divergence: the growing gradient (LK104) and the overflow where the
+# first NaN appears (LK107) follow from it, so its line (the learning rate) goes first.
+_EXPLAINS = ("LK202", "LK107", "LK104", "LK105", "LK203")
 _GROWTH = 4.0     # oscillation: the spread of the last quarter over the first
 _MIN_SWING = 0.01  # ... and the last quarter's swings must be at least 1% of the loss
 

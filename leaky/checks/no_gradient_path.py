@@ -4,12 +4,15 @@ A parameter's .grad stays None when no differentiable path connects it to the lo
 `.detach()`, `.data`, a numpy round trip, a `torch.no_grad()` block, or a branch whose
 output is never used. Trainable means requires_grad=True and, when an optimizer ran, in one
 of its param groups: a frozen backbone and a detached target network are not findings.
+Gradients that backward() computed and a zero_grad() cleared before the step are not a
+cut path: that is LK201 stale-parameter.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
 from leaky.checks import register
+from leaky.checks._optim import cleared_before_step
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, Cut
@@ -44,6 +47,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         if stats.used_optimizer and not param.in_optimizer:
             continue
+        if cleared_before_step(stats, param):
+            continue   # LK201: backward() computed it, a zero_grad() before the step cleared it
         if param.module is None:
             continue   # not part of any model that ran (e.g. a replaced layer still in the optimizer)
         if not stats.used_optimizer and not any(p.grad_steps for p in stats.params):

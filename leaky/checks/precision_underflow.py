@@ -8,12 +8,13 @@ S (e.g. 65536) before backward and divides the gradients by S before the step, m
 them into the normal range. bfloat16 keeps float32's exponent range, so it rarely
 underflows. leaky measures, at ops whose float32 gradient would be dense (not a ReLU,
 clamp or mask), the share of float16/bfloat16 gradient elements that are exactly 0 or
-subnormal.
+subnormal. The finding points at the line that chose the precision: the float16 autocast
+region, or the cast of the model's parameters (`model.half()`, `.to(torch.float16)`).
 """
 from __future__ import annotations
 
 from leaky.checks import register
-from leaky.checks._util import num, pct, severity_above
+from leaky.checks._util import line_of, num, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
@@ -49,7 +50,22 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         fix = ("Keep the parameters in float32 and train under torch.autocast(device_type, dtype=torch.float16) "
                "with scaler = torch.amp.GradScaler(): scaler.scale(loss).backward(); scaler.step(opt); "
                "scaler.update(). Or use bfloat16, or compute the loss in float32.")
+    cast = _precision_origin(stats)
+    if cast is not None:
+        what = "the autocast region" if cast.kind == "autocast" else f"{cast.target}'s parameters were cast"
+        message += f" {cast.dtype} was chosen at {line_of(cast.source)} ({what})."
     evidence = {"zero_share": worst.underflow_share, "subnormal_share": worst.subnormal_share,
-                "loss_scaler": scaler, "ops_checked": len(candidates)}
-    return [Finding("precision-underflow", "LK304", severity, message, fix, worst.module, worst.op, worst.source,
-                    None, evidence)]
+                "loss_scaler": scaler, "ops_checked": len(candidates),
+                "op_source": None if worst.source is None else str(worst.source)}
+    return [Finding("precision-underflow", "LK304", severity, message, fix, worst.module, worst.op,
+                    cast.source if cast is not None else worst.source, None, evidence)]
+
+
+def _precision_origin(stats: AuditStats):
+    """The line that put the computation in low precision: a float16 autocast region first
+    (the gradients are float16 inside it), then a float16 cast of parameters, then the
+    same for bfloat16."""
+    rank = {("autocast", "float16"): 0, ("module", "float16"): 1, ("autocast", "bfloat16"): 2,
+            ("module", "bfloat16"): 3}
+    known = [c for c in stats.casts if c.source is not None and (c.kind, c.dtype) in rank]
+    return min(known, key=lambda c: rank[(c.kind, c.dtype)]) if known else None

@@ -2,15 +2,20 @@
 
 An optimizer updates only the parameters in its param groups, and with lr = 0 (or a
 scheduler that drove it there) not even those: w_{t+1} = w_t - lr * step(g_t) = w_t.
-The gradient is computed, the loss cannot learn from it. leaky compares each parameter
-before and after every sampled optimizer step, and knows which parameters each optimizer
-holds. Frozen parameters (requires_grad=False) receive no gradient and are not findings.
+The gradient is computed, the loss cannot learn from it; so it is when a zero_grad() call
+clears .grad between backward() and step(). leaky compares each parameter before and after
+every sampled optimizer step, knows which parameters each optimizer holds, and records
+where each optimizer, scheduler, parameter and zero_grad() call was made, so the finding
+points at the line to change. Frozen parameters (requires_grad=False) receive no gradient
+and are not findings.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
 from leaky.checks import register
+from leaky.checks._optim import cleared_before_step, group_lrs, lr_origin, optimizer_of
+from leaky.checks._util import line_of, num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, ParamStats
@@ -26,16 +31,24 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         return []
     orphans: dict[str | None, list[ParamStats]] = defaultdict(list)
     unchanged: dict[str | None, list[ParamStats]] = defaultdict(list)
+    cleared: dict[int, list[ParamStats]] = defaultdict(list)
     for param in stats.params:
-        if not param.requires_grad or not param.grad_steps or not param.grad_norm:
+        if not param.requires_grad:
+            continue
+        if cleared_before_step(stats, param):
+            cleared[param.optimizer].append(param)
+            continue
+        if not param.grad_steps or not param.grad_norm:
             continue
         if not param.in_optimizer:
             orphans[param.module].append(param)
         elif param.graded_update_steps >= _MIN_STEPS and param.zero_update_steps == param.graded_update_steps:
             unchanged[param.module].append(param)
     findings = [_orphan(module, params, stats) for module, params in orphans.items()]
-    findings += [_unchanged(module, params) for module, params in unchanged.items()]
+    findings += [_unchanged(module, params, stats) for module, params in unchanged.items()]
+    findings += [_cleared(index, params, stats) for index, params in cleared.items()]
     return findings
+
 
 
 def _idle(stats: AuditStats) -> Finding:
@@ -46,7 +59,9 @@ def _idle(stats: AuditStats) -> Finding:
                "weight ever changed.")
     fix = ("Call optimizer.step() after loss.backward() — with the parentheses: `optimizer.step` alone "
            "only names the method.")
-    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, None, None, None, None,
+    if stats.idle_source is not None:
+        message += f" {line_of(stats.idle_source)} names the method without calling it."
+    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, None, None, stats.idle_source, None,
                    {"cause": "optimizer never stepped", "backward_calls": stats.backward_calls,
                     "modules": modules})
 
@@ -59,24 +74,65 @@ def _orphan(module, params, stats: AuditStats) -> Finding:
     message = (f"{_names(params)} receive gradients (last norm {params[0].grad_norm:.3g}) but are in no "
                "optimizer's param groups, so no step ever changes them: typically a layer replaced or "
                "added after the optimizer was built.")
+    built = stats.optimizers[0].source if len(stats.optimizers) == 1 else None
+    late = next((p for p in params if p.created_after_optimizer and p.source is not None), None)
+    if late is not None:
+        source = late.source
+        message += (f" {late.name} was created at {line_of(late.source)}, after the optimizer was built"
+                    + (f" ({line_of(built)})." if built else "."))
+    else:
+        source = built
+        if built is not None:
+            message += f" The optimizer built at {line_of(built)} was not given them."
     fix = ("Build the optimizer after the model is final, or add the group: "
            f"optimizer.add_param_group({{'params': model.{module}.parameters()}})" if module else
            "Build the optimizer after the model is final, or add the missing parameters with "
            "optimizer.add_param_group(...).")
-    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, module, None, None, None,
+    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, module, None, source, None,
                    {"parameters": [p.name for p in params], "cause": "not in any optimizer"})
 
 
-def _unchanged(module, params) -> Finding:
+def _unchanged(module, params, stats: AuditStats) -> Finding:
     steps = params[0].graded_update_steps
     grad = max(p.grad_norm or 0.0 for p in params)
+    optimizer = optimizer_of(stats, params[0])
+    _, seen = group_lrs(optimizer, params[0].group) if optimizer is not None else (None, None)
+    source, origin = None, ""
+    if seen is not None and seen[1] == 0:
+        why = "their group's lr was 0 in every sampled step."
+        source, origin = lr_origin(stats, params[0], "zero")
+    elif seen is not None:
+        why = (f"their group's lr was {num(seen[1])}, so lr·step(g) is so small it rounds away next to the "
+               "weight (below ~6e-8 of it in float32): a scheduler that shrank the rate, or a vanishing "
+               "gradient (see LK103 if reported), does that.")
+        # NOTE: only a scheduler that shrank the rate is a clear origin here; with the rate as
+        # constructed, a vanishing gradient is as likely, and LK103 locates that.
+        source, origin = lr_origin(stats, params[0], "low", scheduler_only=True)
+    else:
+        why = ("their group's lr is 0 (or a scheduler set it there), or lr·g is so small it rounds away next "
+               "to the weight (below ~6e-8 of it in float32) — a vanishing gradient does that (see LK103 if "
+               "reported).")
     message = (f"{_names(params)} are in the optimizer and received a nonzero gradient (norm up to "
                f"{grad:.2g}) in each of {steps} sampled steps, yet optimizer.step() left them exactly "
-               "unchanged: w_new = w - lr·step(g) = w means their group's lr is 0 (or a scheduler set it "
-               "there), or lr·g is so small it rounds away next to the weight (below ~6e-8 of it in "
-               "float32) — a vanishing gradient does that (see LK103 if reported).")
+               f"unchanged: w_new = w - lr·step(g) = w because {why}{origin}")
     fix = ("Check the learning rate of their param group (optimizer.param_groups[i]['lr']) and the "
            "scheduler; freeze on purpose with requires_grad_(False) instead of lr = 0.")
-    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, module, None, None, None,
+    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, module, None, source, None,
                    {"parameters": [p.name for p in params], "cause": "unchanged by the optimizer",
-                    "steps": steps})
+                    "steps": steps, "lr_range": list(seen) if seen else None})
+
+
+def _cleared(index: int, params, stats: AuditStats) -> Finding:
+    optimizer = stats.optimizers[index]
+    modules = sorted({p.module for p in params if p.module})
+    where = f" at {line_of(optimizer.cleared_source)}" if optimizer.cleared_source else ""
+    message = (f"{_names(params[:6])}{' and others' if len(params) > 6 else ''} get gradients from backward(), "
+               f"but a zero_grad(){where} clears them between backward() and {optimizer.kind}.step() "
+               f"(in {optimizer.cleared_steps} observed steps), so the step finds no gradient and changes "
+               "nothing.")
+    fix = ("Call zero_grad() before loss.backward() (or right after optimizer.step()), never between "
+           "backward() and step().")
+    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix,
+                   modules[0] if len(modules) == 1 else None, None, optimizer.cleared_source, None,
+                   {"parameters": [p.name for p in params], "modules": modules,
+                    "cause": "gradients cleared before the step", "steps": optimizer.cleared_steps})

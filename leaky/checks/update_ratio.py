@@ -6,12 +6,15 @@ part of the weight: the learning rate is too high for that layer. At 1 or more t
 is larger than the weight itself. Far below it on every sampled step, the layer is
 effectively frozen: the learning rate is too low, or its gradients vanish. Only weights
 (2 or more dims) are judged: biases often start at 0, where the ratio means nothing.
+The finding points at the line that set the rate: the optimizer's construction, or the
+scheduler that moved the rate there.
 """
 from __future__ import annotations
 
 import math
 
 from leaky.checks import register
+from leaky.checks._optim import lr_origin
 from leaky.checks._util import num, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -28,9 +31,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         severity = _high_severity(param, config)
         if severity is not None:
-            findings.append(_high(param, severity, config))
+            findings.append(_high(param, severity, config, stats))
         elif param.update_ratio_max is not None and 0 < param.update_ratio_max < config.update_low:
-            findings.append(_low(param, config))
+            findings.append(_low(param, config, stats))
     return findings
 
 
@@ -50,26 +53,28 @@ def _band(config: AuditConfig) -> str:
     return f"[{num(config.update_low)}, {num(config.update_high_warning)}]"
 
 
-def _high(param: ParamStats, severity, config: AuditConfig) -> Finding:
+def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -> Finding:
     overshoots = [(s, r) for s, r in param.update_ratios if r > config.update_high_error]
     worst = f"; at step {overshoots[0][0]} the update was {num(overshoots[0][1])}× the weight itself" \
         if overshoots else ""
     message = (f"steps change {param.name} by a median {num(param.update_ratio)} of its norm (||Δw||/||w|| over "
                f"{len(param.update_ratios)} sampled steps, at most {num(param.update_ratio_max)}; ~1e-3 is typical, "
                f"leaky's band is {_band(config)}){worst}: the learning rate is too high for this layer.")
+    source, origin = lr_origin(stats, param, "high")
     fix = ("Lower the learning rate (×0.1), or give this layer its own param group with a smaller lr; "
            "a warmup schedule helps when the ratio is high only at the start.")
-    return Finding("update-ratio", "LK202", severity, message, fix, param.module, None, None,
+    return Finding("update-ratio", "LK202", severity, message + origin, fix, param.module, None, source,
                    param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high"})
 
 
-def _low(param: ParamStats, config: AuditConfig) -> Finding:
+def _low(param: ParamStats, config: AuditConfig, stats: AuditStats) -> Finding:
     message = (f"no sampled step changed {param.name} by more than {num(param.update_ratio_max)} of its norm "
                f"(||Δw||/||w||; ~1e-3 is typical, leaky's band is {_band(config)}): the layer is effectively "
                "frozen, because the learning rate is too low or its gradients vanish.")
+    source, origin = lr_origin(stats, param, "low")
     fix = ("Raise the learning rate (×10) for this layer's param group; if its gradients are tiny, see "
            "LK103 vanishing-gradient for where they are lost.")
-    return Finding("update-ratio", "LK202", Severity.WARNING, message, fix, param.module, None, None,
+    return Finding("update-ratio", "LK202", Severity.WARNING, message + origin, fix, param.module, None, source,
                    param.update_ratios[-1][0], {**_evidence(param, config), "direction": "low"})
 
 

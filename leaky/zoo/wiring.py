@@ -276,7 +276,7 @@ class SmallRegressor(nn.Module):
         self.fc3 = nn.Linear(64, 1)
 
     def forward(self, x):
-        x = self.fc1(x)  # LK304-fc1
+        x = self.fc1(x)
         x = self.act1(x)
         x = self.fc2(x)
         x = self.act2(x)
@@ -291,7 +291,7 @@ def _run_precision(steps: int, seed: int, mode: str) -> list[float]:
     y_all = torch.tanh(x_all[:, :1]) * 1e-3
     model = SmallRegressor()
     if mode == "half":
-        model = model.half()
+        model = model.half()  # LK304-fc1
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     scaler = torch.amp.GradScaler("cpu", enabled=mode == "fp16-scaled")
     autocast = {"fp16-scaled": torch.float16, "bf16": torch.bfloat16}.get(mode)

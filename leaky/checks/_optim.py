@@ -1,0 +1,71 @@
+"""Where a training-dynamics fix goes: the line that set a parameter's learning rate.
+
+An optimizer's update is w <- w - lr_t * step(g). lr_t is the rate given where the
+optimizer was constructed, times whatever a scheduler made of it. So the line to change is
+the scheduler's (its lr function, for LambdaLR and its kin) when the scheduler moved the
+rate away from the constructed one during the observed steps, and the optimizer's
+construction otherwise.
+"""
+from __future__ import annotations
+
+from leaky.checks._util import line_of, num
+from leaky.finding import Source
+from leaky.stats import AuditStats, OptimizerStats, ParamStats
+
+_MOVED = 2.0   # a scheduler is the rate's origin when it moved it this many times up or down
+
+
+def optimizer_of(stats: AuditStats, param: ParamStats) -> OptimizerStats | None:
+    if param.optimizer is None or param.optimizer >= len(stats.optimizers):
+        return None
+    return stats.optimizers[param.optimizer]
+
+
+def cleared_before_step(stats: AuditStats, param: ParamStats) -> bool:
+    """A zero_grad() that clears this parameter's optimizer ran between backward() and
+    step(), and the parameter had no gradient when its optimizer stepped (LK201, not LK108)."""
+    optimizer = optimizer_of(stats, param)
+    return optimizer is not None and optimizer.cleared_steps > 0 and not param.grad_norm
+
+
+def group_lrs(optimizer: OptimizerStats, group: int | None) -> tuple[float | None, tuple[float, float] | None]:
+    """(the lr as constructed, (lowest, highest) lr over the sampled steps) of one param group."""
+    if group is None:
+        return None, None
+    initial = optimizer.initial_lrs[group] if group < len(optimizer.initial_lrs) else None
+    seen = optimizer.lr_range[group] if group < len(optimizer.lr_range) else None
+    return initial, seen
+
+
+def lr_origin(stats: AuditStats, param: ParamStats, direction: str,
+              scheduler_only: bool = False) -> tuple[Source | None, str]:
+    """Where the rate that made this parameter's update too large ("high"), too small
+    ("low") or zero ("zero") came from, and a sentence saying so. With scheduler_only,
+    only a scheduler that moved the rate counts (else: no source)."""
+    optimizer = optimizer_of(stats, param)
+    if optimizer is None:
+        return None, ""
+    initial, seen = group_lrs(optimizer, param.group)
+    scheduler = optimizer.scheduler
+    if scheduler is not None and seen is not None and initial is not None and _moved(initial, seen, direction):
+        low, high = seen
+        rate = num(high) if direction == "high" else num(low)
+        where = scheduler.function_source or scheduler.source
+        via = f" through its lr function ({line_of(scheduler.function_source)})" if scheduler.function_source else ""
+        built = f" ({line_of(optimizer.source)})" if optimizer.source else ""
+        scheduled = f" ({line_of(scheduler.source)})" if scheduler.source else ""
+        return where, (f" The learning rate was {num(initial)} where {optimizer.kind} was built{built}; "
+                       f"{scheduler.kind}{scheduled} made it {rate}{via}.")
+    if optimizer.source is None or scheduler_only:
+        return None, ""
+    rate = f"{num(initial)} " if initial is not None else ""
+    return optimizer.source, f" The learning rate {rate}is set where {optimizer.kind} is built ({line_of(optimizer.source)})."
+
+
+def _moved(initial: float, seen: tuple[float, float], direction: str) -> bool:
+    low, high = seen
+    if direction == "high":
+        return high > _MOVED * initial
+    if direction == "zero":
+        return high == 0 and initial != 0
+    return low * _MOVED < initial
