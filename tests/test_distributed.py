@@ -1,7 +1,8 @@
-"""torchrun + DDP with the gloo backend on CPU: reductions across ranks, rank-0 output."""
+"""torchrun + DDP and FSDP2 with the gloo backend on CPU: reductions across ranks, rank-0 output."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -23,23 +24,32 @@ class Net(nn.Module):
         self.act = nn.ReLU()
         self.fc2 = nn.Linear(16, 1)
 
-    def forward(self, x, y):
-        h = self.act(self.fc1(x))
-        return torch.sqrt(((self.fc2(h) - y) ** 2).sum(-1)).mean()   # DISTANCE
+    def forward(self, x, y=None):
+        out = self.fc2(self.act(self.fc1(x)))
+        if y is None:
+            return out
+        return torch.sqrt(((out - y) ** 2).sum(-1)).mean()   # DISTANCE
 
 model = Net()
 with torch.no_grad():
     model.fc1.weight.abs_()          # units fire on positive inputs only
     model.fc1.bias.zero_()
-model = nn.parallel.DistributedDataParallel(model)
+if "{wrap}" == "ddp":
+    model = nn.parallel.DistributedDataParallel(model)
+else:
+    from torch.distributed.fsdp import fully_shard
+    fully_shard(model.fc1)
+    fully_shard(model)
 opt = torch.optim.SGD(model.parameters(), lr=1e-4)
 gen = torch.Generator().manual_seed(100 + rank)
 for step in range(12):
     x = torch.rand(32, 8, generator=gen) * (1 if rank == 1 else -1)   # rank 0: every unit silent
     y = torch.randn(32, 1, generator=gen)
-    if rank == 1 and step == 5:
+    if step == 5:
         with torch.no_grad():
-            y[:4] = model.module.fc2(model.module.act(model.module.fc1(x[:4])))   # distance exactly 0
+            pred = model(x[:4])    # on every rank: under FSDP a forward is a collective
+        if rank == 1:
+            y[:4] = pred           # distance exactly 0
     loss = model(x, y)
     opt.zero_grad()
     loss.backward()
@@ -55,17 +65,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_ddp_reduces_across_ranks_and_only_rank_zero_reports(tmp_path):
-    pytest.importorskip("torch.distributed")
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    report = tmp_path / "out.json"
+def _run(tmp_path, wrap: str) -> tuple[dict, subprocess.CompletedProcess]:
+    script = tmp_path / f"train_{wrap}.py"
+    script.write_text(textwrap.dedent(SCRIPT).replace("{wrap}", wrap))
+    report = tmp_path / f"out_{wrap}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            f"--master_port={_free_port()}", "-m", "leaky", "audit", "--json", str(report),
                            str(script)], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert report.exists(), done.stderr[-3000:]
-    data = json.loads(report.read_text())
+    return json.loads(report.read_text()), done
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    pytest.importorskip("torch.distributed")
+    tmp_path = tmp_path_factory.mktemp("distributed")
+    return {wrap: _run(tmp_path, wrap) for wrap in ("ddp", "fsdp")}
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
+def test_reduces_across_ranks_and_only_rank_zero_reports(runs, wrap):
+    data, done = runs[wrap]
+    assert data["run"]["internal_error"] is None
     codes = [f["code"] for f in data["findings"]]
     # rank 0's own units never fire, rank 1's do: after the reduction no unit is dead
     assert "LK102" not in codes
@@ -77,3 +99,23 @@ def test_ddp_reduces_across_ranks_and_only_rank_zero_reports(tmp_path):
     # only rank 0 printed a report
     assert done.stdout.count("steps observed") == 1
     assert "rank 1 step 11" in done.stdout
+
+
+def test_fsdp_norms_are_those_of_the_full_gradient(runs):
+    """FSDP2 shards each parameter and its gradient across the ranks; DDP keeps whole copies.
+    Both average the same per-rank gradients, so every norm leaky reports must agree."""
+    ddp, fsdp = runs["ddp"][0], runs["fsdp"][0]
+    assert ddp["run"]["losses"] == fsdp["run"]["losses"]
+    for a, b in zip(ddp["parameters"], fsdp["parameters"]):
+        assert a["name"] == b["name"] and a["shape"] == b["shape"]
+        for key in ("grad_norm", "update_ratio", "update_ratio_max"):
+            if isinstance(a[key], float) and math.isfinite(a[key]):
+                assert b[key] == pytest.approx(a[key], rel=1e-4), (a["name"], key)
+            else:
+                assert b[key] == a[key], (a["name"], key)   # both None, or the same "nan"/"inf"
+    assert len(ddp["series"]) == len(fsdp["series"]) == 12
+    for a, b in zip(ddp["series"], fsdp["series"]):
+        if isinstance(a["grad_norm"], float) and math.isfinite(a["grad_norm"]):
+            assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4), a["step"]
+        else:
+            assert b["grad_norm"] == a["grad_norm"], a["step"]

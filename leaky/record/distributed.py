@@ -7,7 +7,9 @@ Uses the process group the user's script set up; never starts one. Per sampled s
 - the first non-finite event of each rank is exchanged, so rank 0 can report an origin
   that happened on another rank's data.
 Parameter gradients under DDP are already averaged across ranks by DDP itself, so their
-norms are those of the full gradient. Only rank 0 prints and writes.
+norms are those of the full gradient. Under FSDP2 they are DTensor shards: their norms are
+combined across ranks at the flush (`materialise`, `sharded_squares`). Only rank 0 prints
+and writes.
 """
 from __future__ import annotations
 
@@ -64,4 +66,61 @@ def gather_events(local: dict | None) -> list[dict]:
     return [dict(event, rank=r) for r, event in enumerate(gathered) if event is not None]
 
 
-__all__ = ["running", "rank", "is_main", "reduce_units", "gather_events", "torch"]
+def is_dtensor(value) -> bool:
+    """A DTensor: an FSDP2 (`fully_shard`) or tensor-parallel parameter or gradient."""
+    return type(value).__name__ == "DTensor" and hasattr(value, "to_local")
+
+
+def local(value):
+    """This rank's shard of a DTensor (the tensor itself otherwise): for per-rank probes."""
+    return value.to_local() if is_dtensor(value) else value
+
+
+def materialise(pieces: list) -> list:
+    """Replace DTensor scalars by their global values, one collective per placement kind.
+
+    The norm of a sharded tensor is a DTensor whose placement says how the shards combine
+    (a 2-norm: sqrt of the sum of the squared shard norms); stacking the scalars of one
+    placement and calling `full_tensor()` combines them all in one collective. Every rank
+    flushes the same sampled step with the same values in the same order, so the
+    collectives match.
+    """
+    groups: dict[str, list[int]] = {}
+    for index, piece in enumerate(pieces):
+        if is_dtensor(piece):
+            groups.setdefault(repr(piece.placements), []).append(index)
+    if not groups:
+        return pieces
+    pieces = list(pieces)
+    for indices in groups.values():
+        full = torch.stack([pieces[i].float().reshape(()) for i in indices]).full_tensor()
+        for position, index in enumerate(indices):
+            pieces[index] = full[position]
+    return pieces
+
+
+def sharded_squares(grads: list) -> tuple:
+    """(squared norm of the plain gradients, squared norm of this rank's shards or None)."""
+    plain = [g for g in grads if not is_dtensor(g)]
+    shards = [g.to_local() for g in grads if is_dtensor(g)]
+
+    def squares(tensors):
+        if not tensors:
+            return None
+        norms = torch._foreach_norm(tensors)
+        return torch.stack([n.float() for n in norms]).square().sum()
+    return squares(plain), squares(shards)
+
+
+def sum_across_ranks(values: list) -> list:
+    """One all-reduce (sum) of a list of 0-d tensors; returns the summed values."""
+    if not values:
+        return values
+    stacked = torch.stack(values)
+    if running():
+        dist.all_reduce(stacked)
+    return list(stacked)
+
+
+__all__ = ["running", "rank", "is_main", "reduce_units", "gather_events", "is_dtensor", "local", "materialise",
+           "sharded_squares", "sum_across_ranks", "torch"]

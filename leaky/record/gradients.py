@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from leaky.record import distributed
+
 
 @dataclass(frozen=True)
 class NodeRecord:
@@ -62,6 +64,7 @@ def _to_host(pieces: list[Tensor]) -> np.ndarray:
     if not pieces:
         return np.zeros(0)
     with torch._C.DisableTorchFunction():
+        pieces = distributed.materialise(pieces)   # FSDP2 norms: combined across ranks
         first = pieces[0].device
         if all(p.device == first for p in pieces):
             return torch.stack(pieces).detach().cpu().double().numpy()

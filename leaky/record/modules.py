@@ -119,7 +119,7 @@ class ModuleTracker:
                 continue  # already named under an earlier root
             key = len(self.infos)
             path = _unwrapped(path, root)
-            self.infos.append(ModuleInfo(key, root_key, path, type(module).__name__, module))
+            self.infos.append(ModuleInfo(key, root_key, path, _type_name(module), module))
             self._by_id[id(module)] = key
         return self._by_id[id(root)]
 
@@ -148,6 +148,14 @@ def _unwrapped(path: str, root: nn.Module) -> str:
             path = path[len(wrapper) + 1:]
         root = getattr(root, wrapper)
     return path
+
+
+def _type_name(module: nn.Module) -> str:
+    """The user's class name: FSDP2's fully_shard swaps a Linear's class for `FSDPLinear`."""
+    name = type(module).__name__
+    if name.startswith("FSDP") and any(base.__name__ == name[4:] for base in type(module).__mro__[1:]):
+        return name[4:]
+    return name
 
 
 def _is_compiled(module: nn.Module) -> bool:

@@ -12,6 +12,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from leaky.record import distributed
+
 
 class TensorBackwardPatch:
     """Context manager: route `Tensor.backward` through a callback; restored on exit."""
@@ -69,8 +71,9 @@ class StepMonitor:
                      if p.grad is not None and not p.grad.is_meta]
             if grads:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
-                    norms = torch._foreach_norm(grads)
-                    norm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+                    plain, shards = distributed.sharded_squares(grads)
+                    # NOTE: FSDP2 shards are summed over ranks at the batched flush, not per step.
+                    norm = plain.sqrt() if shards is None else _Sharded(plain, shards)
         lr = _learning_rate(optimizer)
         self.pending.append((step, self.loss, norm, lr))
         self.loss = None
@@ -81,6 +84,7 @@ class StepMonitor:
     def flush(self) -> list[tuple[int, float | None, float | None, float | None]]:
         """One device-to-host copy for the whole batch."""
         pending, self.pending = self.pending, []
+        pending = _combine_shards(pending)
         values = [v for _, loss, norm, _ in pending for v in (loss, norm) if v is not None]
         host = iter([])
         if values:
@@ -90,6 +94,29 @@ class StepMonitor:
         for step, loss, norm, lr in pending:
             rows.append((step, next(host) if loss is not None else None, next(host) if norm is not None else None, lr))
         return rows
+
+
+class _Sharded:
+    """A step's squared gradient norm: of the plain parameters, and of this rank's shards."""
+
+    def __init__(self, plain: Tensor | None, shards: Tensor) -> None:
+        self.plain, self.shards = plain, shards
+
+
+def _combine_shards(pending: list) -> list:
+    """Total gradient norms of the sharded steps: one all-reduce for the whole batch."""
+    sharded = [row for row in pending if isinstance(row[2], _Sharded)]
+    if not sharded:
+        return pending
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        summed = iter(distributed.sum_across_ranks([row[2].shards.float() for row in sharded]))
+        combined = []
+        for step, loss, norm, lr in pending:
+            if isinstance(norm, _Sharded):
+                total = next(summed)
+                norm = (total if norm.plain is None else total + norm.plain.float()).sqrt()
+            combined.append((step, loss, norm, lr))
+    return combined
 
 
 def _learning_rate(optimizer) -> float | None:

@@ -64,7 +64,7 @@ class StepTracking:
         not mistaken for one that never zeroes.
         """
         for optimizer in self.optimizers:
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+            grads = [distributed.local(p.grad) for group in optimizer.param_groups for p in group["params"]
                      if p.grad is not None and not p.grad.is_sparse]
             if not grads:
                 self._old_grads.setdefault(id(optimizer), []).append(0.0)
