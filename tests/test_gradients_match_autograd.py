@@ -92,3 +92,21 @@ def test_module_table_runs_from_loss_to_input():
     fc2 = next(row for row in audit.report.modules if row["module"] == "fc2")
     assert math.isclose(fc2["grad_norm"], ref["out"].norm().item(), rel_tol=1e-5)
     assert math.isclose(fc2["gain"], (ref["c"].norm() / ref["out"].norm()).item(), rel_tol=1e-5)
+
+
+def test_zeroed_share_of_a_large_gradient_is_estimated_within_a_percent():
+    """Above 2**16 elements the nonzero counts are taken on every 17th element: the share
+    an op zeroes must still match the exact one, even for a pattern that repeats along the
+    fastest-varying dimensions (a stride aligned with them would see only some columns)."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 32, 8, 8)
+    x[:, :, :, ::2] = x[:, :, :, ::2].abs() + 0.1          # even columns always pass the ReLU
+    x[:, ::4] = -x[:, ::4].abs() - 0.1                      # every 4th channel never does
+    x.requires_grad_(True)
+    with leaky.audit() as audit:
+        y = torch.relu(x * 1.0)          # an intermediate, as in a network
+        (y * torch.linspace(1, 2, y.numel()).reshape(y.shape)).sum().backward()
+    exact = (x.detach() <= 0).float().mean().item()
+    (relu,) = [op for op in audit.stats.ops if op.op == "relu"]
+    assert x.numel() > 1 << 16
+    assert abs(relu.zeroed_share - exact) < 0.01, (relu.zeroed_share, exact)

@@ -112,8 +112,22 @@ def _dense(grad: Tensor) -> Tensor:
     return grad.coalesce().values() if grad.is_sparse else grad
 
 
+# NOTE: counting the nonzero elements of a large gradient is a full pass over it (on a conv
+# net, a quarter of a step). Above 2**16 elements, every 17th element of the contiguous
+# tensor is counted and the count scaled up: at least 3,855 elements, so a share estimated
+# from it has a standard error under 0.8%; 17 is coprime with the powers of two that
+# shape most tensors, so the sample cycles through every row, column and channel. The
+# arriving and the leaving gradient of an op are sampled at the same positions.
+_SAMPLE_ABOVE = 1 << 16
+_SAMPLE_STRIDE = 17
+
+
 def _count_nonzero(grad: Tensor) -> Tensor:
-    return torch.count_nonzero(grad)
+    numel = grad.numel()
+    if numel < _SAMPLE_ABOVE or not grad.is_contiguous():
+        return torch.count_nonzero(grad)
+    sample = grad.view(-1)[::_SAMPLE_STRIDE]
+    return torch.count_nonzero(sample) * (numel / sample.numel())
 
 
 # Node classes whose local derivative can be exactly 0 on some elements. Only these get
