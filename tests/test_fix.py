@@ -72,6 +72,27 @@ def test_clipping_for_the_exploding_rnn():
     assert clip.change is not None and "clip_grad_norm_" in clip.change.text
 
 
+@pytest.mark.parametrize("name, key", [
+    ("round-no-ste", "ste"),                       # LK106 round: straight-through estimator
+    ("ce-after-softmax", "normaliser"),            # LK301: softmax removed, scored the fixed way
+    ("nll-on-probabilities", "normaliser"),        # LK301: log_softmax in place of softmax
+    ("unnormalized-input", "standardise"),         # LK303
+    ("head-added-after-optimizer", "add-params"),  # LK201: parameters added to the optimizer
+    ("adam-lr-too-high", "lr"),                    # LK202: lr x 0.1
+])
+def test_other_fixes_verified_on_their_examples(name, key):
+    result = fixes_for(name)
+    assert outcome(result, key).verdict == verdict.HELPS
+
+
+def test_a_fix_that_changes_the_loss_is_scored_by_the_same_function():
+    result = fixes_for("ce-after-softmax")
+    fix = outcome(result, "normaliser")
+    assert fix.candidate.changes_loss
+    # the unfixed model scored with cross_entropy on its logits, not on its softmax outputs
+    assert fix.unfixed_score != result.baseline.score
+
+
 @pytest.mark.parametrize("name", ["relu-mlp", "sigmoid-xavier", "dqn-huber", "rnn-clipped-orthogonal",
                                   "accumulate-four", "frozen-backbone"])
 def test_no_fix_is_proposed_for_a_healthy_model(name):
