@@ -99,4 +99,6 @@ def run_demo(console: Console, steps: int = 20, only: str | None = None) -> int:
     style = "green" if good == len(results) else "red"
     console.print(Rule())
     console.print(Text(f"leaky demo: {good} of {len(results)} examples found and fixed as expected.", style=style))
+    console.print(Text(f"To see each fix tried and measured from the same start: leaky fix --example {names[0]}",
+                       style="dim"))
     return 0 if good == len(results) else 1
