@@ -163,8 +163,8 @@ def _try(candidate: Candidate, base: Trial, result: FixResult, trial) -> Outcome
         unfixed_score = trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build).score
     if not result.reproducible:
         decided = verdict.NOT_JUDGED
-    elif not fixed.applied:
-        decided = verdict.NOT_JUDGED
+    elif not fixed.applied or (fixed.status == "failed" and base.status != "failed"):
+        decided = verdict.NOT_JUDGED   # the fix never acted, or it broke the program (run.error says how)
     else:
         decided = verdict.judge(unfixed_score, fixed.score, result.noise.margin)
     rows = []

@@ -32,6 +32,8 @@ def fix_table(data: dict) -> Table:
         leak = "\n".join(f"{m['finding'].split(' ')[0]} {m['measure']}: {m['before']} → {m['after']}"
                          for m in fix["metrics"])
         loss = f"{_loss(fix['loss_unfixed'])} → {_loss(fix['loss_fixed'])}"
+        if fix["run"]["error"]:
+            loss += f"\n(the fixed run failed: {fix['run']['error']})"
         table.add_row(finding, fix["fix"], leak, loss,
                       f"{fix['seconds']:.1f} s", Text(fix["verdict"], style=_VERDICT_STYLE.get(fix["verdict"], "")))
     return table
