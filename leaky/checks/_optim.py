@@ -59,7 +59,8 @@ def lr_origin(stats: AuditStats, param: ParamStats, direction: str,
     if optimizer.source is None or scheduler_only:
         return None, ""
     rate = f"{num(initial)} " if initial is not None else ""
-    return optimizer.source, f" The learning rate {rate}is set where {optimizer.kind} is built ({line_of(optimizer.source)})."
+    built = line_of(optimizer.source)
+    return optimizer.source, f" The learning rate {rate}is set where {optimizer.kind} is built ({built})."
 
 
 def _moved(initial: float, seen: tuple[float, float], direction: str) -> bool:
