@@ -110,3 +110,27 @@ def test_zeroed_share_of_a_large_gradient_is_estimated_within_a_percent():
     (relu,) = [op for op in audit.stats.ops if op.op == "relu"]
     assert x.numel() > 1 << 16
     assert abs(relu.zeroed_share - exact) < 0.01, (relu.zeroed_share, exact)
+
+
+def test_a_gradient_summed_from_two_uses_is_normed_after_the_sum():
+    """A tensor used twice (a residual connection) receives two gradients that autograd
+    adds, possibly in place into the first; the norm arriving at its producer must be the
+    sum's, not the first contribution's (leaky reuses the norm of a gradient one node sent
+    only while that tensor is unchanged)."""
+    torch.manual_seed(0)
+    fc1, fc2 = nn.Linear(6, 6), nn.Linear(6, 3)
+    x = torch.randn(5, 6)
+
+    def forward():
+        h = fc1(x)
+        r = torch.tanh(h) + h           # h used twice: tanh branch and the skip
+        return fc2(r).pow(2).sum(), h, r
+
+    loss, h, r = forward()
+    g_h, g_r = torch.autograd.grad(loss, [h, r])
+    with leaky.audit() as audit:
+        forward()[0].backward()
+    linear1 = _op(audit, "linear", "fc1")
+    tanh = [o for o in audit.stats.ops if o.op == "tanh"][0]
+    assert math.isclose(tanh.grad_in, g_r.norm().item(), rel_tol=1e-5)
+    assert math.isclose(linear1.grad_in, g_h.norm().item(), rel_tol=1e-5)

@@ -91,16 +91,20 @@ class UnitStats:
             self._update_softmax(x)
             return
         dims = [d for d in range(x.ndim) if d != self.unit_dim]
-        self.samples += x.numel() // max(self.units, 1)
+        per_unit = x.numel() // max(self.units, 1)
+        self.samples += per_unit
+        # NOTE: a per-step count fits in int32 (half the time of an int64 reduction on a
+        # conv feature map); the running sums stay int64.
+        count = torch.int32 if per_unit < 2 ** 31 else torch.int64
         if self.activation.can_die or self.detail.get("low") == 0.0:
-            fired = (x > 0).sum(dims)
+            fired = (x > 0).sum(dims, dtype=count).long()
             self.active = fired if self.active is None else self.active + fired
             now = torch.full_like(fired, step)
             base = torch.full_like(fired, -1) if self.last_active is None else self.last_active
             self.last_active = torch.where(fired > 0, now, base)
         flat = self._flat_mask(x)
         if flat is not None:
-            counted = flat.sum(dims)
+            counted = flat.sum(dims, dtype=count).long()
             self.flat = counted if self.flat is None else self.flat + counted
 
     def _flat_mask(self, x: Tensor) -> Tensor | None:

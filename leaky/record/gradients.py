@@ -8,6 +8,7 @@ the host once per step.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import partial
 
@@ -158,6 +159,9 @@ class GradientRecorder:
         self.on_error = on_error
         self.handles: list = []
         self.active = True
+        # id(gradient) -> (weak reference, version, norm): the norm of a gradient one node
+        # sent toward the activations, reused when it arrives, unchanged, at the next node.
+        self._sent: dict[int, tuple] = {}
 
     def watch(self, node, site: int) -> None:
         kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
@@ -172,6 +176,7 @@ class GradientRecorder:
     def forget_handles(self) -> None:
         """Graphs of finished steps are gone; their handles need no removal."""
         self.handles.clear()
+        self._sent.clear()
 
     def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, grad_inputs, grad_outputs) -> None:
         if not self.active:
@@ -184,6 +189,30 @@ class GradientRecorder:
         except Exception as exc:  # leaky's own failure must not stop the user's backward
             self.on_error(exc)
 
+    def _norms(self, arriving: list[Tensor], acts: list[Tensor], params: list[Tensor]) -> list[Tensor]:
+        """Norms of the arriving, activation and parameter gradients, in that order.
+
+        NOTE: the gradient a node sends to its input is, most of the time, the very tensor
+        that arrives at the next node: its norm is taken once. A hit must be the same live
+        tensor at the same version: autograd may add a second contribution into it in
+        place (a tensor used twice), which bumps its version, and then it is normed again.
+        """
+        known: dict[int, Tensor] = {}
+        for index, grad in enumerate(arriving):
+            entry = self._sent.get(id(grad))
+            if entry is not None and entry[0]() is grad and entry[1] == grad._version:
+                known[index] = entry[2]
+        todo = [g for i, g in enumerate(arriving) if i not in known] + acts + params
+        computed = iter(torch._foreach_norm(todo)) if todo else iter(())
+        norms = [known[i] if i in known else next(computed) for i in range(len(arriving))]
+        norms.extend(computed)
+        for grad, norm in zip(acts, norms[len(arriving):len(arriving) + len(acts)]):
+            try:
+                self._sent[id(grad)] = (weakref.ref(grad), grad._version, norm)
+            except TypeError:   # a tensor subclass without weak references
+                pass
+        return norms
+
     def _record(self, site, seq, kinds, zeroing, grad_inputs, grad_outputs) -> None:
         arriving = [_dense(g) for g in grad_outputs if g is not None]
         if not arriving or arriving[0].is_meta:
@@ -192,7 +221,7 @@ class GradientRecorder:
         params = [_dense(g) for g, k in zip(grad_inputs, kinds) if k == 2 and g is not None]
         values = self.buffer.values
         offset = len(values)
-        values.extend(torch._foreach_norm(arriving + acts + params))
+        values.extend(self._norms(arriving, acts, params))
         numel_in = sum(g.numel() for g in arriving)
         # NOTE: only an elementwise node (one input gradient the same size as the one
         # arriving) can "set an element's gradient to zero"; for a matmul or a reduction
