@@ -150,14 +150,18 @@ class StatsBuilder:
         params.update(self.opt_params)
         return [p for p in params.values() if p.requires_grad]
 
-    def collect_param_grads(self, buffer) -> tuple[list[int], int]:
-        """Queue the norms of every present .grad into the step's values."""
+    def collect_param_grads(self, buffer, known=None) -> tuple[list[int], int]:
+        """Queue the norms of every present .grad into the step's values; `known(grad)` gives
+        a norm already taken of that very tensor (or None), which is reused."""
         with_grad = [p for p in self.tracked_params() if p.grad is not None and not p.grad.is_meta]
         offset = len(buffer.values)
         if with_grad:
             grads = [p.grad.coalesce().values() if p.grad.is_sparse else p.grad for p in with_grad]
+            reused = [known(g) if known is not None else None for g in grads]
             with torch._C.DisableTorchFunction():
-                buffer.values.extend(torch._foreach_norm(grads))
+                computed = iter(torch._foreach_norm([g for g, n in zip(grads, reused) if n is None])
+                                if any(n is None for n in reused) else ())
+            buffer.values.extend(n if n is not None else next(computed) for n in reused)
         return [id(p) for p in with_grad], offset
 
     # -- per step ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -134,3 +135,28 @@ def test_a_gradient_summed_from_two_uses_is_normed_after_the_sum():
     tanh = [o for o in audit.stats.ops if o.op == "tanh"][0]
     assert math.isclose(tanh.grad_in, g_r.norm().item(), rel_tol=1e-5)
     assert math.isclose(linear1.grad_in, g_h.norm().item(), rel_tol=1e-5)
+
+
+def test_step_and_parameter_norms_with_a_weight_used_twice():
+    """A shared layer's .grad is the sum of two contributions, added in place into the
+    first: its norm, and the step's total gradient norm, must be the sum's (leaky reuses
+    a node's norm for a .grad only while that tensor is unchanged)."""
+    torch.manual_seed(1)
+    shared, head = nn.Linear(4, 4), nn.Linear(4, 2)
+    opt = torch.optim.SGD([*shared.parameters(), *head.parameters()], lr=0.1)
+    expected_total, expected_shared = [], []
+    with leaky.audit(steps=3) as audit:
+        for _ in range(3):
+            x = torch.randn(8, 4)
+            loss = head(torch.tanh(shared(torch.tanh(shared(x))))).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                grads = [p.grad for p in [*shared.parameters(), *head.parameters()]]
+                expected_total.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+                expected_shared.append(shared.weight.grad.norm().item())
+            opt.step()
+    got_total = [row["grad_norm"] for row in audit.report.series]
+    assert got_total == pytest.approx(expected_total, rel=1e-5)
+    (weight,) = [p for p in audit.stats.params if p.name.endswith("weight") and "shared" in p.name]
+    assert weight.grad_norm == pytest.approx(expected_shared[-1], rel=1e-5)

@@ -189,6 +189,14 @@ class GradientRecorder:
         except Exception as exc:  # leaky's own failure must not stop the user's backward
             self.on_error(exc)
 
+    def known_norm(self, grad: Tensor) -> Tensor | None:
+        """The norm already taken of this very gradient, unchanged, in this step's backward:
+        a parameter's .grad is, after a single use, the tensor its node sent."""
+        entry = self._sent.get(id(grad))
+        if entry is not None and entry[0]() is grad and entry[1] == grad._version:
+            return entry[2]
+        return None
+
     def _norms(self, arriving: list[Tensor], acts: list[Tensor], params: list[Tensor]) -> list[Tensor]:
         """Norms of the arriving, activation and parameter gradients, in that order.
 
@@ -199,14 +207,14 @@ class GradientRecorder:
         """
         known: dict[int, Tensor] = {}
         for index, grad in enumerate(arriving):
-            entry = self._sent.get(id(grad))
-            if entry is not None and entry[0]() is grad and entry[1] == grad._version:
-                known[index] = entry[2]
+            norm = self.known_norm(grad)
+            if norm is not None:
+                known[index] = norm
         todo = [g for i, g in enumerate(arriving) if i not in known] + acts + params
         computed = iter(torch._foreach_norm(todo)) if todo else iter(())
         norms = [known[i] if i in known else next(computed) for i in range(len(arriving))]
         norms.extend(computed)
-        for grad, norm in zip(acts, norms[len(arriving):len(arriving) + len(acts)]):
+        for grad, norm in zip(acts + params, norms[len(arriving):]):
             try:
                 self._sent[id(grad)] = (weakref.ref(grad), grad._version, norm)
             except TypeError:   # a tensor subclass without weak references

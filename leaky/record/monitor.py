@@ -62,10 +62,11 @@ class StepMonitor:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 self.loss = loss.detach().reshape(()).clone()
 
-    def end_step(self, step: int, optimizer: torch.optim.Optimizer | None) -> None:
-        """Record this step's loss and total gradient norm (no host sync)."""
-        norm = None
-        if optimizer is not None:
+    def end_step(self, step: int, optimizer: torch.optim.Optimizer | None, total: Tensor | None = None) -> None:
+        """Record this step's loss and total gradient norm (no host sync); `total`: that norm,
+        when a sampled step has already taken it."""
+        norm = total
+        if optimizer is not None and norm is None:
             grads = [p.grad.coalesce().values() if p.grad.is_sparse else p.grad
                      for group in optimizer.param_groups for p in group["params"]
                      if p.grad is not None and not p.grad.is_meta]

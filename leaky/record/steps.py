@@ -197,9 +197,8 @@ class StepTracking:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
         sampled = self.observing or bool(self.buffer.records)
-        if sampled:
-            self._flush()
-        self.monitor.end_step(self.step, self.last_optimizer if self.saw_optimizer else None)
+        total = self._flush() if sampled else None
+        self.monitor.end_step(self.step, self.last_optimizer if self.saw_optimizer else None, total)
         if sampled or self.monitor.due():
             self._flush_series()
         self.step += 1
@@ -222,15 +221,34 @@ class StepTracking:
         if self.on_series is not None and rows:
             self.on_series(rows)
 
-    def _flush(self) -> None:
+    def _flush(self) -> Tensor | None:
+        """Fold the sampled step; returns the lead optimizer's total gradient norm, made
+        from the parameter norms just taken (the monitor need not take them again)."""
         self._calls_since_step = 0
-        grads = self.builder.collect_param_grads(self.buffer)
+        grads = self.builder.collect_param_grads(self.buffer, self.grads.known_norm)
+        total = self._total_norm(*grads)
         updates, self._update_layout = getattr(self, "_update_layout", None), None
         host = self.buffer.flush()
         self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
         if distributed.running():
             self._reduce_across_ranks()
+        return total
+
+    def _total_norm(self, ids: list[int], offset: int) -> Tensor | None:
+        """sqrt of the summed squared norms of the lead optimizer's gradients, if all were
+        collected (plain tensors: sharded ones are combined across ranks by the monitor)."""
+        optimizer = self.last_optimizer if self.saw_optimizer else None
+        if optimizer is None or distributed.running():
+            return None
+        position = {pid: offset + i for i, pid in enumerate(ids)}
+        wanted = [p for group in optimizer.param_groups for p in group["params"]
+                  if p.grad is not None and not p.grad.is_meta]
+        if not wanted or any(id(p) not in position for p in wanted):
+            return None
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            norms = torch.stack([self.buffer.values[position[id(p)]].float() for p in wanted])
+            return torch.linalg.vector_norm(norms)
 
     def _reduce_across_ranks(self) -> None:
         """Collectives on every rank at the same sampled step (DDP keeps ranks in step)."""
