@@ -15,6 +15,7 @@ The runs, all from the program's start with the same seeds unless said:
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -171,9 +172,18 @@ def _try(candidate: Candidate, base: Trial, result: FixResult, trial) -> Outcome
     for finding in candidate.findings:
         label, before = metrics.measure(finding, base.stats, base.report.findings)
         _, after = metrics.measure(finding, fixed.stats, fixed.report.findings if fixed.report else [])
-        rows.append((f"{finding.code} {finding.where}", label, before, after))
+        rows.append((f"{finding.code} {_place(finding)}", label, before, after))
     change = candidate.change() if decided == verdict.HELPS else None
     return Outcome(candidate, fixed, unfixed_score, decided, rows, change)
+
+
+def _place(finding: Finding) -> str:
+    """The shortest name of where a finding is: its module, else its line, else its op."""
+    if finding.module:
+        return finding.module
+    if finding.source is not None:
+        return f"{os.path.basename(finding.source.file)}:{finding.source.line}"
+    return finding.op or "model"
 
 
 def _same(a: Trial, b: Trial) -> tuple[bool, str | None]:

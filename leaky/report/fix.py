@@ -29,8 +29,7 @@ def fix_table(data: dict) -> Table:
         table.add_column(column, justify=justify, overflow="fold")
     for fix in data["fixes"]:
         finding = "\n".join(f"{f['code']} {f['name']}" for f in _unique(fix["findings"]))
-        leak = "\n".join(f"{m['finding'].split(' ')[0]} {m['measure']}: {m['before']} → {m['after']}"
-                         for m in fix["metrics"])
+        leak = "\n".join(f"{m['finding']} {m['measure']}: {m['before']} → {m['after']}" for m in fix["metrics"])
         loss = f"{_loss(fix['loss_unfixed'])} → {_loss(fix['loss_fixed'])}"
         if fix["run"]["error"]:
             loss += f"\n(the fixed run failed: {fix['run']['error']})"
