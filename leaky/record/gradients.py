@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 import torch
@@ -114,20 +114,34 @@ def _dense(grad: Tensor) -> Tensor:
 
 
 # NOTE: counting the nonzero elements of a large gradient is a full pass over it (on a conv
-# net, a quarter of a step). Above 2**16 elements, every 17th element of the contiguous
-# tensor is counted and the count scaled up: at least 3,855 elements, so a share estimated
-# from it has a standard error under 0.8%; 17 is coprime with the powers of two that
-# shape most tensors, so the sample cycles through every row, column and channel. The
-# arriving and the leaving gradient of an op are sampled at the same positions.
+# net, a quarter of a step). Above 2**16 elements, the elements at a fixed stride of the
+# contiguous tensor are counted and the count scaled up: the stride is the smallest prime
+# >= 17 (and >= numel / 2**15) that divides no dimension, so the sample cycles through every
+# row, column and channel and holds 2**15 to 2**16 elements (3,855 at the fewest): the share
+# estimated from it has a standard error under 0.8% (0.3% above 2**19 elements). The arriving
+# and the leaving gradient of an op are sampled at the same positions.
 _SAMPLE_ABOVE = 1 << 16
 _SAMPLE_STRIDE = 17
+_SAMPLE_TARGET = 1 << 15
+
+
+@lru_cache(maxsize=256)
+def _stride(shape: tuple[int, ...], numel: int) -> int:
+    candidate = max(_SAMPLE_STRIDE, numel // _SAMPLE_TARGET)
+    while not _is_prime(candidate) or any(dim % candidate == 0 for dim in shape if dim > 1):
+        candidate += 1
+    return candidate
+
+
+def _is_prime(n: int) -> bool:
+    return n > 1 and all(n % k for k in range(2, int(n ** 0.5) + 1))
 
 
 def _count_nonzero(grad: Tensor) -> Tensor:
     numel = grad.numel()
     if numel < _SAMPLE_ABOVE or not grad.is_contiguous():
         return torch.count_nonzero(grad)
-    sample = grad.view(-1)[::_SAMPLE_STRIDE]
+    sample = grad.view(-1)[::_stride(tuple(grad.shape), numel)]
     return torch.count_nonzero(sample) * (numel / sample.numel())
 
 
