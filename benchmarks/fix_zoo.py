@@ -40,8 +40,8 @@ def main() -> int:
             proposed_on_healthy.append(name)
         if not result.outcomes:
             rows.append((name, "healthy" if example.healthy else "broken", "(none)", "", "", ""))
-        margin = "n/a" if result.noise is None else f"{result.noise.margin:.3g}"
         for outcome in result.outcomes:
+            margin = "n/a" if outcome.margin is None else f"{outcome.margin:.3g}"
             loss = f"{_fmt(outcome.unfixed_score)} → {_fmt(outcome.trial.score)}"
             rows.append((name, ",".join(sorted({f.code for f in outcome.candidate.findings})),
                          outcome.candidate.title, loss, margin, outcome.verdict))

@@ -134,6 +134,9 @@ def test_noise_margin_and_verdicts():
     assert verdict.judge(1.0, 1.5, noisy.margin) == verdict.HURTS
     assert verdict.noise([2.0, 2.0]).margin == pytest.approx(0.02)       # the 1% floor
     assert verdict.judge(math.inf, 3.0, 0.0) == verdict.HELPS
+    unstable = verdict.noise([2.0, math.inf, 2.1])      # one shifted-seed run diverged
+    assert unstable.margin == pytest.approx(0.1) and unstable.diverged == 1
+    assert verdict.judge(2.0, 1.0, unstable.margin) == verdict.HELPS
     assert verdict.judge(3.0, math.inf, 0.0) == verdict.HURTS
 
 
@@ -280,3 +283,38 @@ def test_cli_fix_errors_are_one_line(tmp_path, capsys):
     assert main(["fix", "--example", "no-such-example"]) == 2
     err = capsys.readouterr().err
     assert "no such file" in err and "--example NAME" in err
+
+
+SOFTMAX_SCRIPT = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(1)
+model = nn.Sequential(
+    nn.Linear(10, 32),
+    nn.ReLU(),
+    nn.Linear(32, 10),
+    nn.Softmax(dim=1),
+)
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+w = torch.randn(10, 10, generator=gen)
+for step in range(200):
+    x = torch.randn(64, 10, generator=gen)
+    loss = nn.functional.cross_entropy(model(x), (x @ w).argmax(1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_softmax_module_before_cross_entropy_is_removed_and_the_diff_names_its_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SOFTMAX_SCRIPT)
+    from leaky.script import script_program
+
+    result = try_fixes(script_program(str(script), []), FixConfig(steps=100, holdout=10, repeats=1))
+    fix = outcome(result, "normaliser")
+    assert fix.candidate.changes_loss and fix.trial.applied
+    assert fix.verdict == verdict.HELPS
+    assert "-    nn.Softmax(dim=1),\n+    nn.Identity(),\n" in fix.change.text

@@ -171,8 +171,8 @@ def _leaky_relu(finding: Finding, context: Context) -> Candidate | None:
         site = context.construction.get(path)
 
         def change():
-            if site is not None:
-                made = edits.rewrite_call(site[0], site[1], {"ReLU"},
+            for where in _lines(finding, site):
+                made = edits.rewrite_call(where[0], where[1], {"ReLU"},
                                           lambda source, node: "nn.LeakyReLU(0.01)" if not node.args and not
                                           node.keywords else None)
                 if made is not None:
@@ -321,11 +321,19 @@ _NORMALISER_OPS = {"SoftmaxBackward": {"softmax", "_softmax"}, "SigmoidBackward"
                    "LogSoftmaxBackward": {"log_softmax", "_log_softmax"}}
 
 
+_NORMALISER_MODULES = {"Softmax": "softmax", "Sigmoid": "sigmoid", "LogSoftmax": "log_softmax"}
+
+
 @remedy("LK301")
 def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
     node = (finding.evidence.get("input_node") or "").rstrip("0123456789")
     expects = finding.evidence.get("loss_expects")
-    if finding.source is None or node not in _NORMALISER_OPS or expects not in ("logits", "log-probabilities"):
+    if node not in _NORMALISER_OPS or expects not in ("logits", "log-probabilities"):
+        return []
+    kind = context.module_types.get(finding.module or "")
+    if kind in _NORMALISER_MODULES:
+        return _normaliser_module(finding, context, kind, expects)
+    if finding.source is None:
         return []
     file, line = finding.source.file, finding.source.line
     ops = _NORMALISER_OPS[node]
@@ -346,6 +354,37 @@ def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
         return made or edits.snippet(what)
     return [Candidate(("normaliser", file, line), what, [finding], [lambda: rt.OpAtLine(file, line, ops, replace, what)],
                       [_short(finding.source)], [change], changes_loss=True)]
+
+
+def _lines(finding: Finding, site: tuple[str, int] | None) -> list[tuple[str, int]]:
+    lines = [(finding.source.file, finding.source.line)] if finding.source is not None else []
+    return lines + ([site] if site is not None else [])
+
+
+def _normaliser_module(finding: Finding, context: Context, kind: str, expects: str) -> list[Candidate]:
+    """An nn.Softmax/nn.Sigmoid module before the loss: change that module's forward."""
+    path = finding.module
+    site = context.construction.get(path)
+    if expects == "logits":
+        what, make, new = f"remove the {kind} module before the loss", (lambda module: lambda x: x), "nn.Identity()"
+    elif kind == "Softmax":
+        what = "LogSoftmax in place of the Softmax module before the loss"
+        make = lambda module: lambda x: F.log_softmax(x, dim=module.dim)   # noqa: E731
+        new = None
+    else:
+        return []
+
+    def change():
+        # the line that builds the module: leaky's own finding line, else where it was assigned
+        for where in _lines(finding, site):
+            made = edits.rewrite_call(where[0], where[1], {kind}, lambda source, node: new if new else
+                                      ast.get_source_segment(source, node).replace(kind, "Log" + kind, 1))
+            if made is not None:
+                return made
+        return edits.snippet(f"{what}: {path}")
+    return [Candidate(("normaliser", path), what, [finding],
+                      [lambda: rt.ModuleEdit([path], rt.swap_forward_of(make), what)], [path], [change],
+                      changes_loss=True)]
 
 
 @remedy("LK201")

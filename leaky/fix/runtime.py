@@ -118,6 +118,14 @@ def swap_forward(function: Callable) -> Callable[[nn.Module, str], Undo]:
     return edit
 
 
+def swap_forward_of(make: Callable[[nn.Module], Callable]) -> Callable[[nn.Module, str], Undo]:
+    """Replace a module's forward by `make(module)(input)` (when the new forward needs the
+    module's own settings, e.g. an nn.Softmax's dim)."""
+    def edit(module: nn.Module, path: str) -> Undo:
+        return swap_forward(make(module))(module, path)
+    return edit
+
+
 def reinitialise(init: Callable[[torch.Tensor, torch.Generator], None], seed: int = 0,
                  names: tuple[str, ...] = ("weight",), zero_bias: bool = True) -> Callable[[nn.Module, str], None]:
     """Re-initialise a layer's weights in place (the optimizer keeps the same tensors).

@@ -45,6 +45,7 @@ class Outcome:
     verdict: str
     metrics: list[tuple[str, str, str, str]]   # (finding code + where, what, before, after)
     change: Change | None = None
+    margin: float | None = None     # the difference it had to beat (its own for a changed loss)
 
 
 @dataclass
@@ -100,7 +101,7 @@ def _outcome_dict(outcome: Outcome) -> dict:
             "findings": [{"code": f.code, "name": f.name, "where": f.where} for f in candidate.findings],
             "applied": outcome.trial.applied, "note": candidate.note, "changes_loss": candidate.changes_loss,
             "metrics": [{"finding": m[0], "measure": m[1], "before": m[2], "after": m[3]} for m in outcome.metrics],
-            "loss_unfixed": outcome.unfixed_score, "loss_fixed": outcome.trial.score,
+            "loss_unfixed": outcome.unfixed_score, "loss_fixed": outcome.trial.score, "margin": outcome.margin,
             "seconds": outcome.trial.seconds, "verdict": outcome.verdict,
             "change": None if outcome.change is None else outcome.change.to_dict(),
             "run": _trial_dict(outcome.trial)}
@@ -159,22 +160,26 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
 
 def _try(candidate: Candidate, base: Trial, result: FixResult, trial) -> Outcome:
     fixed = trial(candidate.build, label=candidate.title)
-    unfixed_score = base.score
+    unfixed_score, margin = base.score, result.noise.margin
     if candidate.changes_loss:
-        unfixed_score = trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build).score
+        # NOTE: scored by another function, the unfixed runs need their own noise too.
+        scores = [trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build, offset=offset).score
+                  for offset in range(result.config.repeats + 1)]
+        unfixed_score = scores[0]
+        margin = verdict.noise([s if s is not None else float("inf") for s in scores]).margin
     if not result.reproducible:
         decided = verdict.NOT_JUDGED
     elif not fixed.applied or (fixed.status == "failed" and base.status != "failed"):
         decided = verdict.NOT_JUDGED   # the fix never acted, or it broke the program (run.error says how)
     else:
-        decided = verdict.judge(unfixed_score, fixed.score, result.noise.margin)
+        decided = verdict.judge(unfixed_score, fixed.score, margin)
     rows = []
     for finding in candidate.findings:
         label, before = metrics.measure(finding, base.stats, base.report.findings)
         _, after = metrics.measure(finding, fixed.stats, fixed.report.findings if fixed.report else [])
         rows.append((f"{finding.code} {_place(finding)}", label, before, after))
     change = candidate.change() if decided == verdict.HELPS else None
-    return Outcome(candidate, fixed, unfixed_score, decided, rows, change)
+    return Outcome(candidate, fixed, unfixed_score, decided, rows, change, margin)
 
 
 def _place(finding: Finding) -> str:

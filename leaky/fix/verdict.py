@@ -3,9 +3,9 @@
 The score of a run is its mean loss on the held-out batches (see `trial`). The noise is
 the spread (max - min) of the scores of the unfixed program run with its seeds shifted
 (+1, +2, ...: other initial weights, and another data order wherever the data order
-comes from a seeded generator), never less than `floor` of the unfixed score. A fix helps
-when its score is below the unfixed score by more than that margin, and hurts when above
-it by more. A non-finite score (a NaN or Inf loss) is worse than any finite one.
+comes from a seeded generator; runs that diverged are left out), never less than `floor` of
+the unfixed score. A fix helps when its score is below the unfixed score by more than
+that margin, and hurts when above it by more. A non-finite score (a NaN or Inf loss) is worse than any finite one.
 """
 from __future__ import annotations
 
@@ -22,17 +22,19 @@ class Noise:
     margin: float                 # the difference a fix must beat
 
     @property
-    def spread(self) -> float:
-        finite = [s for s in self.scores if math.isfinite(s)]
-        if len(finite) < len(self.scores):
-            return math.inf if finite else 0.0
-        return max(finite) - min(finite)
+    def diverged(self) -> int:
+        """Unfixed runs whose score is not finite (they are worse than any finite run)."""
+        return sum(1 for s in self.scores if not math.isfinite(s))
 
 
 def noise(scores: list[float], floor: float = RELATIVE_FLOOR) -> Noise:
+    """The margin: the spread of the finite unfixed scores, at least `floor` of the first.
+
+    NOTE: an unfixed run that diverges (NaN/Inf) only says the program is unstable; it is
+    worse than any finite run, so it is left out of the spread instead of making it infinite.
+    """
     finite = [s for s in scores if math.isfinite(s)]
-    spread = (max(finite) - min(finite)) if len(finite) == len(scores) and finite else \
-        (0.0 if not finite else math.inf)
+    spread = max(finite) - min(finite) if finite else 0.0
     base = abs(scores[0]) if scores and math.isfinite(scores[0]) else 0.0
     return Noise(tuple(scores), max(spread, floor * base))
 
@@ -46,8 +48,6 @@ def judge(unfixed: float | None, fixed: float | None, margin: float) -> str:
         return HELPS
     if not math.isfinite(fixed):
         return HURTS
-    if not math.isfinite(margin):
-        return NOT_JUDGED
     if fixed < unfixed - margin:
         return HELPS
     if fixed > unfixed + margin:

@@ -31,6 +31,8 @@ def fix_table(data: dict) -> Table:
         finding = "\n".join(f"{f['code']} {f['name']}" for f in _unique(fix["findings"]))
         leak = "\n".join(f"{m['finding']} {m['measure']}: {m['before']} → {m['after']}" for m in fix["metrics"])
         loss = f"{_loss(fix['loss_unfixed'])} → {_loss(fix['loss_fixed'])}"
+        if fix["changes_loss"]:
+            loss += f"\n(both scored the fixed way; margin {_loss(fix['margin'])})"
         if fix["run"]["error"]:
             loss += f"\n(the fixed run failed: {fix['run']['error']})"
         table.add_row(finding, fix["fix"], leak, loss,
