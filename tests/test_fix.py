@@ -318,3 +318,30 @@ def test_a_softmax_module_before_cross_entropy_is_removed_and_the_diff_names_its
     assert fix.candidate.changes_loss and fix.trial.applied
     assert fix.verdict == verdict.HELPS
     assert "-    nn.Softmax(dim=1),\n+    nn.Identity(),\n" in fix.change.text
+
+
+def test_a_hardtanh_module_dead_zone_is_tried_by_its_path():
+    """An nn.Hardtanh module whose input is driven far past its bounds: the straight-through
+    fix is applied to that module (its zeroed share goes to 0) and judged like any other;
+    here the real cause is the over-scaled layer before it, and its re-initialisation helps."""
+    def program():
+        torch.manual_seed(0)
+        gen = torch.Generator().manual_seed(1)
+        model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1), nn.Hardtanh(-1.0, 1.0))
+        with torch.no_grad():
+            model[2].weight.mul_(30.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        w = torch.randn(4, 1, generator=gen)
+        for _ in range(300):
+            x = torch.randn(32, 4, generator=gen)
+            loss = (model(x) - torch.tanh(x @ w)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    result = try_fixes(program, FixConfig(steps=150, holdout=10, repeats=1))
+    ste = outcome(result, "ste")
+    assert ste.candidate.places == ["3"] and ste.trial.applied
+    (_, measure, before, after), = ste.metrics
+    assert measure == "gradient elements zeroed" and before != "0%" and after == "0%"
+    assert outcome(result, "reinit").verdict == verdict.HELPS

@@ -120,6 +120,16 @@ _STEPS = {"round", "sign", "floor", "ceil", "trunc"}
 
 @remedy("LK106")
 def dead_zone(finding: Finding, context: Context) -> list[Candidate]:
+    if context.module_types.get(finding.module or "") == "Hardtanh":
+        path = finding.module
+        what = "straight-through Hardtanh module (Huber's gradient)"
+
+        def through(module):
+            return lambda x: x + (F.hardtanh(x, module.min_val, module.max_val) - x).detach()
+        return [Candidate(("ste", path), what, [finding], [lambda: rt.ModuleEdit([path], rt.swap_forward_of(through),
+                                                                                  what)], [path],
+                          [lambda: edits.snippet(f"# in place of the nn.Hardtanh at {path}, in forward():\n"
+                                                 "x = x + (F.hardtanh(x, lo, hi) - x).detach()")])]
     if finding.source is None or finding.op not in _CLAMPS | _STEPS:
         return []
     file, line = finding.source.file, finding.source.line
