@@ -33,9 +33,11 @@ class SourceLocator:
     def __init__(self) -> None:
         self._internal: dict[Any, bool] = {}
 
-    def locate(self) -> tuple[str, int, int] | None:
+    def locate(self, made: Any = None) -> tuple[str, int, int] | None:
         """(file, line, instruction offset): the offset tells apart two calls on one line,
-        such as the two matmuls of `h = tanh(x @ W_ih + h @ W_hh)`."""
+        such as the two matmuls of `h = tanh(x @ W_ih + h @ W_hh)`. With `made`, where it was
+        constructed: the first user frame that is not one of its own `__init__`s (`Net()`,
+        not the `super().__init__()` inside `Net.__init__`)."""
         frame = sys._getframe(1)
         internal = self._internal
         while frame is not None:
@@ -43,25 +45,13 @@ class SourceLocator:
             verdict = internal.get(code)
             if verdict is None:
                 verdict = internal[code] = _is_internal(code.co_filename)
-            if not verdict:
+            if not verdict and (made is None or not _constructing(frame, made)):
                 return code.co_filename, frame.f_lineno, frame.f_lasti
             frame = frame.f_back
         return None
 
     def locate_maker(self, made: Any) -> tuple[str, int, int] | None:
-        """Where `made` was constructed: the first user frame that is not one of its own
-        `__init__`s (`Net()`, not the `super().__init__()` inside `Net.__init__`)."""
-        frame = sys._getframe(1)
-        internal = self._internal
-        while frame is not None:
-            code = frame.f_code
-            verdict = internal.get(code)
-            if verdict is None:
-                verdict = internal[code] = _is_internal(code.co_filename)
-            if not verdict and not _constructing(frame, made):
-                return code.co_filename, frame.f_lineno, frame.f_lasti
-            frame = frame.f_back
-        return None
+        return self.locate(made)
 
 
 def _constructing(frame, made: Any) -> bool:
