@@ -46,7 +46,7 @@ def main() -> int:
             rows.append((name, ",".join(sorted({f.code for f in outcome.candidate.findings})),
                          outcome.candidate.title, loss, margin, outcome.verdict))
         print(f"{name}: {len(result.outcomes)} fix(es), {result.seconds:.1f} s", file=sys.stderr)
-    header = ("example", "findings", "fix tried", "held-out loss unfixed → fixed", "noise margin", "verdict")
+    header = ("example", "findings", "fix tried", "held-out loss unfixed → fixed", "margin", "verdict")
     if args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
