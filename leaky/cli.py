@@ -433,14 +433,14 @@ def cmd_fix(args) -> int:
     except KeyboardInterrupt:
         _error("interrupted: no fix was judged")
         return EXIT_UNUSABLE
+    if result.baseline.error and not result.baseline.steps:
+        _error(f"the script failed before its first optimizer step: {result.baseline.error}")
+        return EXIT_UNUSABLE
     data = result.to_dict()
     if args.json and not _emit(json.dumps(data, indent=2, default=str), args.json, "JSON result"):
         return EXIT_UNUSABLE
     if args.json != "-":
         render_fix(Console(highlight=False), data)
-    if result.baseline.error and not result.baseline.steps:
-        _error(f"the script failed before its first step: {result.baseline.error}")
-        return EXIT_UNUSABLE
     return EXIT_OK if result.baseline.steps else EXIT_UNUSABLE
 
 

@@ -281,8 +281,13 @@ def test_cli_fix_errors_are_one_line(tmp_path, capsys):
     assert main(["fix", str(tmp_path / "missing.py")]) == 2
     assert main(["fix"]) == 2
     assert main(["fix", "--example", "no-such-example"]) == 2
-    err = capsys.readouterr().err
-    assert "no such file" in err and "--example NAME" in err
+    failing = tmp_path / "failing.py"
+    failing.write_text("raise RuntimeError('no data in ./data')\n")
+    assert main(["fix", str(failing)]) == 2
+    captured = capsys.readouterr()
+    assert "no such file" in captured.err and "--example NAME" in captured.err
+    assert "failed before its first optimizer step: RuntimeError: no data in ./data" in captured.err
+    assert "nothing to compare" not in captured.out
 
 
 SOFTMAX_SCRIPT = """\
