@@ -348,7 +348,7 @@ def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
     file, line = finding.source.file, finding.source.line
     ops = _NORMALISER_OPS[node]
     if expects == "logits":
-        what, replace = f"remove the {sorted(ops)[-1]} before the loss", rt.identity
+        what, replace = f"remove the {node[:-len('Backward')].lower()} before the loss", rt.identity
         rewrite = lambda source, node_: edits.operand(source, node_)   # noqa: E731
     elif node == "SoftmaxBackward":
         what = "log_softmax in place of softmax before the loss"
