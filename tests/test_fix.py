@@ -350,3 +350,22 @@ def test_a_hardtanh_module_dead_zone_is_tried_by_its_path():
     (_, measure, before, after), = ste.metrics
     assert measure == "gradient elements zeroed" and before != "0%" and after == "0%"
     assert outcome(result, "reinit").verdict == verdict.HELPS
+
+
+def test_a_zero_grad_between_backward_and_step_is_moved(tmp_path):
+    """optimizer.zero_grad() between backward() and step(): the fix skips that call and
+    zeroes after each step instead, the audit of the fixed run no longer sees the leak, and
+    the diff moves the line above loss.backward()."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(steps=300).replace(
+        "    err = torch.clamp(model(x) - y, -1.0, 1.0)\n", "    err = model(x) - y\n").replace(
+        "    opt.zero_grad()\n    loss.backward()\n", "    loss.backward()\n    opt.zero_grad()\n"))
+    from leaky.script import script_program
+
+    original = torch.optim.Optimizer.__dict__["zero_grad"]
+    result = try_fixes(script_program(str(script), []), FixConfig(steps=100, holdout=10, repeats=1))
+    assert torch.optim.Optimizer.__dict__["zero_grad"] is original
+    moved = outcome(result, "move-zero-grad")
+    assert moved.verdict == verdict.HELPS
+    assert [m[3] for m in moved.metrics] == ["gone"]
+    assert "+    opt.zero_grad()\n     loss.backward()\n-    opt.zero_grad()\n" in moved.change.text

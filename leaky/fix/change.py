@@ -113,6 +113,24 @@ def insert_line(file: str, line: int, text: str, after: bool = True) -> Change |
     return _diff(file, lines, lines[:at] + [f"{indent}{text}\n"] + lines[at:])
 
 
+def move_line(file: str, line: int, before: int) -> Change | None:
+    """Move the one-line statement at `line` to just before the statement at `before`."""
+    parsed = _read(file)
+    if parsed is None or line == before:
+        return None
+    source, tree = parsed
+    lines = source.splitlines(keepends=True)
+    moved = [node for node in ast.walk(tree) if isinstance(node, ast.stmt) and node.lineno == line == node.end_lineno]
+    target = [node for node in ast.walk(tree) if isinstance(node, ast.stmt) and node.lineno == before]
+    if not moved or not target or isinstance(target[0], _BLOCKS):
+        return None
+    text = lines[line - 1].strip()
+    indent = lines[before - 1][:len(lines[before - 1]) - len(lines[before - 1].lstrip())]
+    kept = [entry for number, entry in enumerate(lines, 1) if number != line]
+    at = before - 1 if line > before else before - 2
+    return _diff(file, lines, kept[:at] + [f"{indent}{text}\n"] + kept[at:])
+
+
 _BLOCKS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With,
            ast.Try, ast.AsyncFor, ast.AsyncWith)
 

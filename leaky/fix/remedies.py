@@ -399,6 +399,8 @@ def _normaliser_module(finding: Finding, context: Context, kind: str, expects: s
 
 @remedy("LK201")
 def stale_parameter(finding: Finding, context: Context) -> list[Candidate]:
+    if finding.evidence.get("cause") == "gradients cleared before the step" and finding.source is not None:
+        return _move_zero_grad(finding, context)
     if finding.evidence.get("cause") != "not in any optimizer":
         return []
     names = list(finding.evidence.get("parameters") or [])
@@ -419,6 +421,23 @@ def stale_parameter(finding: Finding, context: Context) -> list[Candidate]:
                       [lambda: edits.snippet(f"{opt}.add_param_group({{'params': [*{groups}]}})"
                                              if len(modules) > 1 else
                                              f"{opt}.add_param_group({{'params': {groups}}})")])]
+
+
+def _move_zero_grad(finding: Finding, context: Context) -> list[Candidate]:
+    """zero_grad() between backward() and step(): skip it there, zero after each step."""
+    import torch
+
+    file, line = finding.source.file, finding.source.line
+    site = context.backward_site
+    what = "zero_grad() before backward(), not between backward() and step()"
+
+    def change():
+        made = edits.move_line(file, line, site[1]) if site and site[0] == file else None
+        return made or edits.snippet("optimizer.zero_grad()   # before loss.backward(), not after it")
+    return [Candidate(("move-zero-grad", file, line), what, [finding],
+                      [lambda: rt.SkipCallAtLine((torch.optim.Optimizer, torch.nn.Module), "zero_grad", file, line,
+                                                 "misplaced zero_grad() skipped"), rt.zero_grad_after_step],
+                      [_short(finding.source)], [change])]
 
 
 @remedy("LK203")

@@ -30,14 +30,14 @@ from leaky.record.sites import SourceLocator
 Undo = Callable[[], None]
 
 
-class Fix:
-    """Several primitives entered together; `phase` says when they act (see `trial`)."""
+class Together:
+    """Context managers entered in order and exited in reverse, also when one fails."""
 
-    def __init__(self, *parts) -> None:
-        self.parts = parts
+    def __init__(self, parts) -> None:
+        self.parts = list(parts)
         self._stack: ExitStack | None = None
 
-    def __enter__(self) -> "Fix":
+    def __enter__(self) -> "Together":
         self._stack = ExitStack()
         try:
             for part in self.parts:
@@ -52,10 +52,22 @@ class Fix:
             self._stack.close()
             self._stack = None
 
+
+class Fix(Together):
+    """The primitives of one fix. Entered before the audit, except the parts marked `outer`
+    (they must wrap the audit's own patches): `outer()` enters those after it."""
+
+    def __init__(self, *parts) -> None:
+        super().__init__(part for part in parts if not getattr(part, "outer", False))
+        self.all_parts = parts
+
+    def outer(self) -> Together:
+        return Together(part for part in self.all_parts if getattr(part, "outer", False))
+
     @property
     def applied(self) -> list[str]:
         """What each part changed, one line each (empty: the target was never met)."""
-        return [line for part in self.parts for line in getattr(part, "applied", [])]
+        return [line for part in self.all_parts for line in getattr(part, "applied", [])]
 
 
 # -- modules ---------------------------------------------------------------------------
@@ -261,6 +273,46 @@ def clip_grad_norm(max_norm: float) -> OptimizerEdit:
         if params:
             torch.nn.utils.clip_grad_norm_(params, max_norm)
     return OptimizerEdit(f"gradient norm clipped at {max_norm:.3g}", before)
+
+
+class SkipCallAtLine:
+    """Make `owner.name(...)` a no-op when called from `file:line` (a misplaced zero_grad).
+
+    Entered after the audit (`outer`), so the audit never sees the skipped call.
+    """
+
+    outer = True
+
+    def __init__(self, owners: tuple, name: str, file: str, line: int, what: str) -> None:
+        self.owners, self.name, self.file, self.line, self.what = owners, name, file, line, what
+        self.applied: list[str] = []
+        self._saved: list[tuple[type, object]] = []
+        self._locator = SourceLocator()
+
+    def __enter__(self) -> "SkipCallAtLine":
+        for owner in self.owners:
+            original = owner.__dict__[self.name]
+            self._saved.append((owner, original))
+            setattr(owner, self.name, self._wrap(original))
+        return self
+
+    def _wrap(self, original):
+        skip = self
+
+        def wrapper(obj, *args, **kwargs):
+            where = skip._locator.locate()
+            if where is not None and where[1] == skip.line and where[0] == skip.file:
+                if not skip.applied:
+                    skip.applied.append(f"{skip.what} at {skip.file}:{skip.line}")
+                return None
+            return original(obj, *args, **kwargs)
+        wrapper.__wrapped__ = original
+        return wrapper
+
+    def __exit__(self, *exc) -> None:
+        while self._saved:
+            owner, original = self._saved.pop()
+            setattr(owner, self.name, original)
 
 
 def zero_grad_after_step() -> OptimizerEdit:

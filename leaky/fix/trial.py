@@ -208,7 +208,8 @@ def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: in
     output = io.StringIO()
     status, error = "finished", None
     start = time.perf_counter()
-    with SeedOffset(offset), (fix or contextlib.nullcontext()), control, audit:
+    with SeedOffset(offset), (fix or contextlib.nullcontext()), control, audit, \
+            (fix.outer() if fix else contextlib.nullcontext()):
         try:
             with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
                 program()
