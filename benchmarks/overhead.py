@@ -75,83 +75,23 @@ import sys
 import tempfile
 import time
 import traceback
-import types
 import warnings
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
 import leaky  # noqa: E402
 from audit_overhead import BUILDERS, Workload  # noqa: E402
 from leaky.watch import DEFAULT_EVERY  # noqa: E402
+from _peers import CockpitLoop, Skip, cockpit_available, naive_step  # noqa: E402
 
 MODES = ("plain", "audit", "watch-default", "watch-every-1", "anomaly", "naive-item", "cockpit", "plain-b")
 LABELS = {"plain-b": "plain again (A/A)", "audit": "audit", "watch-default": f"watch every={DEFAULT_EVERY}",
           "watch-every-1": "watch every=1",
           "anomaly": "detect_anomaly", "naive-item": "naive .item() hooks", "cockpit": "Cockpit economy"}
 TARGETS = {"audit": 2.0, "watch-default": 1.02, "watch-every-1": 1.15}
-COCKPIT_LOSSES = {"mlp": nn.CrossEntropyLoss, "cnn": nn.CrossEntropyLoss, "lstm": nn.MSELoss,
-                  "transformer": nn.CrossEntropyLoss}
-
-
-class Skip(Exception):
-    """A mode that cannot run on a model; the message says why."""
-
-
-# -- Cockpit ----------------------------------------------------------------------------
-def import_cockpit():
-    """(backpack, cockpit, schedules, configuration, note), or raise ImportError."""
-    note = ""
-    try:
-        import cockpit  # noqa: F401
-    except ModuleNotFoundError as exc:
-        if exc.name != "pkg_resources":
-            raise
-        # cockpit/__init__.py reads its version through pkg_resources and nothing else.
-        stub = types.ModuleType("pkg_resources")
-
-        class DistributionNotFound(Exception):
-            pass
-
-        def get_distribution(name):
-            raise DistributionNotFound(name)
-
-        stub.DistributionNotFound, stub.get_distribution = DistributionNotFound, get_distribution
-        sys.modules["pkg_resources"] = stub
-        sys.modules.pop("cockpit", None)
-        import cockpit  # noqa: F401
-        note = "cockpit imported with a stub for pkg_resources (missing from this setuptools)"
-    import backpack
-    from cockpit.utils import schedules
-    from cockpit.utils.configuration import configuration
-    return backpack, cockpit, schedules, configuration, note
-
-
-def cockpit_available() -> tuple[bool, str]:
-    try:
-        note = import_cockpit()[4]
-        return True, note
-    except Exception as exc:     # not installed, or broken
-        return False, f"{type(exc).__name__}: {exc}"
-
-
-def _unsupported(model: nn.Module, extensions) -> list[str]:
-    """Modules holding parameters directly that a BackPACK extension has no rule for."""
-    found = []
-    for _, module in model.named_modules():
-        if not any(p.requires_grad for p in module.parameters(recurse=False)):
-            continue
-        for ext in extensions:
-            table = getattr(ext, "_BackpropExtension__module_extensions", None)
-            if table is not None and type(module) not in table:
-                label = type(module).__name__ + (" (a bare nn.Parameter)" if list(module.children()) else "")
-                if label not in found:
-                    found.append(label)
-                break
-    return found
 
 
 # -- the modes, run inside a worker process ---------------------------------------------
@@ -217,14 +157,7 @@ class NaiveRunner(Runner):
         self.log: dict[str, float] = {}
 
     def step(self) -> None:
-        w = self.work
-        w.opt.zero_grad(set_to_none=True)
-        loss = w.loss_fn(w.model(w.inputs), w.targets)
-        loss.backward()
-        for name, p in w.model.named_parameters():
-            if p.grad is not None:
-                self.log[name] = p.grad.norm().item()
-        w.opt.step()
+        naive_step(self.work, self.log)
 
 
 class WatchRunner(Runner):
@@ -265,40 +198,13 @@ class WatchRunner(Runner):
 
 
 class CockpitRunner(Runner):
-    """Cockpit's documented loop: extend() model and loss, per-sample losses with
-    reduction="none", `with cockpit(global_step, info=...)` around backward."""
+    """Cockpit's economy configuration, tracked every step (see _peers.CockpitLoop)."""
 
     def setup(self) -> None:
-        backpack, cockpit, schedules, configuration, _ = import_cockpit()
-        w = self.work
-        if self.name not in COCKPIT_LOSSES:
-            raise Skip(f"no Cockpit loss set up for model {self.name}")
-        n_params = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
-        gb = w.inputs.shape[0] * n_params * 4 / 2**30
-        if gb > self.args["cockpit_max_gb"]:
-            raise Skip(f"per-sample gradients: batch {w.inputs.shape[0]} x {n_params / 1e6:.2f}M parameters = "
-                       f"{gb:.1f} GB, over --cockpit-max-gb {self.args['cockpit_max_gb']:g}")
-        self.cockpit = cockpit.Cockpit(w.model.parameters(), quantities=configuration(
-            "economy", track_schedule=schedules.linear(interval=1)))
-        unsupported = _unsupported(w.model, self.cockpit._get_extensions(0))
-        if unsupported:
-            raise Skip(f"BackPACK does not support {', '.join(unsupported)}")
-        self.model = backpack.extend(w.model)
-        self.loss_fn = backpack.extend(COCKPIT_LOSSES[self.name]())
-        self.individual_loss_fn = COCKPIT_LOSSES[self.name](reduction="none")
-        self.global_step = 0
+        self.loop = CockpitLoop(self.work, self.name, 1, self.args["cockpit_max_gb"])
 
     def step(self) -> None:
-        w, cp, step = self.work, self.cockpit, self.global_step
-        w.opt.zero_grad(set_to_none=True)
-        out = self.model(w.inputs)
-        loss = self.loss_fn(out, w.targets)
-        losses = self.individual_loss_fn(out, w.targets).detach()
-        with cp(step, info={"batch_size": w.inputs.shape[0], "individual_losses": losses, "loss": loss,
-                            "optimizer": w.opt}):
-            loss.backward(create_graph=cp.create_graph(step))
-        w.opt.step()
-        self.global_step += 1
+        self.loop.step()
 
 
 def make_runner(mode: str, work: Workload, name: str, args: dict) -> Runner:

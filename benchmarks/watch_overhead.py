@@ -97,18 +97,17 @@ import sys
 import tempfile
 import time
 import traceback
-import types
 import warnings
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
 import leaky  # noqa: E402
 from audit_overhead import BUILDERS, Workload  # noqa: E402
 from leaky.watch import DEFAULT_EVERY  # noqa: E402
+from _peers import CockpitLoop, Skip, import_cockpit, naive_step  # noqa: E402
 
 TARGETS = {"watch-default": 1.02, "watch-every-1": 1.15}
 # glibc malloc settings for the workers (see --keep-malloc): no heap trimming, a padded top.
@@ -129,10 +128,6 @@ MODES = ("plain", "watch-default", "watch-every-1", "cockpit-economy", "cockpit-
          "plain-b")
 COCKPIT_MODES = ("cockpit-economy", "cockpit-economy-16")
 PERIODIC = ("watch-default", "cockpit-economy-16")   # modes whose heavy steps recur (sampled, tracked)
-
-
-class Skip(Exception):
-    """A mode that cannot run on a model; the message says why (printed as a note)."""
 
 
 # -- the modes, run inside a worker process -----------------------------------------------
@@ -161,14 +156,7 @@ class NaiveRunner(PlainRunner):
         self.log: dict[str, float] = {}
 
     def step(self) -> bool:
-        w = self.work
-        w.opt.zero_grad(set_to_none=True)
-        loss = w.loss_fn(w.model(w.inputs), w.targets)
-        loss.backward()
-        for name, p in w.model.named_parameters():
-            if p.grad is not None:
-                self.log[name] = p.grad.norm().item()
-        w.opt.step()
+        naive_step(self.work, self.log)
         return False
 
 
@@ -211,106 +199,23 @@ class WatchRunner(PlainRunner):
         return info
 
 
-def _import_cockpit():
-    """Import Cockpit. Its __init__ still imports pkg_resources (gone from setuptools >= 81)
-    only to read its own version: if that import is all that fails, stand in a stub."""
-    try:
-        import pkg_resources  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("pkg_resources")
-
-        class DistributionNotFound(Exception):
-            pass
-
-        def get_distribution(name):
-            raise DistributionNotFound(name)
-
-        stub.DistributionNotFound, stub.get_distribution = DistributionNotFound, get_distribution
-        sys.modules["pkg_resources"] = stub
-    import backpack
-    import cockpit
-    from cockpit.utils import schedules
-    from cockpit.utils.configuration import configuration
-    return backpack, cockpit, schedules, configuration
-
-
-# Cockpit needs module losses (extended by BackPACK) and the per-sample losses.
-COCKPIT_LOSSES = {"mlp": nn.CrossEntropyLoss, "cnn": nn.CrossEntropyLoss, "lstm": nn.MSELoss,
-                  "transformer": nn.CrossEntropyLoss}
-
-
 class CockpitRunner(PlainRunner):
-    """Cockpit's documented loop: extend() model and loss, individual losses with
-    reduction="none", `with cockpit(global_step, info=...)` around backward."""
+    """Cockpit's economy configuration (see _peers.CockpitLoop), every step or every 16th."""
 
     def __init__(self, work: Workload, model_name: str, interval: int | None, max_gb: float, **_) -> None:
         super().__init__(work)
-        self.name = model_name
-        self.interval = interval
-        self.max_gb = max_gb
+        self.name, self.interval, self.max_gb = model_name, interval, max_gb
 
     def setup(self) -> None:
-        backpack, cockpit, schedules, configuration = _import_cockpit()
-        w = self.work
-        if self.name not in COCKPIT_LOSSES:
-            raise Skip(f"no Cockpit loss set up for model {self.name}")
-        n_params = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
-        batch = w.inputs.shape[0]
-        gb = batch * n_params * 4 / 2**30
-        if gb > self.max_gb:
-            raise Skip(f"Cockpit economy needs per-sample gradients: batch {batch} x {n_params / 1e6:.2f}M "
-                       f"parameters = {gb:.1f} GB (over --cockpit-max-gb {self.max_gb:g}); not run")
-        self.schedule = schedules.linear(interval=self.interval or 1)
-        self.cockpit = cockpit.Cockpit(w.model.parameters(),
-                                       quantities=configuration("economy", track_schedule=self.schedule))
-        unsupported = _unsupported(w.model, self.cockpit._get_extensions(0))
-        if unsupported:
-            raise Skip(f"Cockpit/BackPACK does not support {', '.join(unsupported)}")
-        # A tracked step s also makes some quantities (Alpha, Distance, UpdateSize) work at
-        # step s + 1: every step where any quantity computes is a heavy one.
-        self.heavy_fraction = statistics.mean(self._heavy(s) for s in range(16, 16 + 64 * 16))
-        self.model = backpack.extend(w.model)
-        self.loss_fn = backpack.extend(COCKPIT_LOSSES[self.name]())
-        self.individual_loss_fn = COCKPIT_LOSSES[self.name](reduction="none")
-        self.global_step = 0
+        self.loop = CockpitLoop(self.work, self.name, self.interval or 1, self.max_gb)
+        self.heavy_fraction = statistics.mean(self.loop.heavy(s) for s in range(16, 16 + 64 * 16))
 
     def step(self) -> bool:
-        w, cp, step = self.work, self.cockpit, self.global_step
-        w.opt.zero_grad(set_to_none=True)
-        out = self.model(w.inputs)
-        loss = self.loss_fn(out, w.targets)
-        losses = self.individual_loss_fn(out, w.targets).detach()
-        with cp(step, info={"batch_size": w.inputs.shape[0], "individual_losses": losses, "loss": loss,
-                            "optimizer": w.opt}):
-            loss.backward(create_graph=cp.create_graph(step))
-        w.opt.step()
-        self.global_step += 1
-        return self.interval is not None and self._heavy(step)
-
-    def _heavy(self, step: int) -> bool:
-        return any(q.should_compute(step) for q in self.cockpit.quantities)
+        step = self.loop.step()
+        return self.interval is not None and self.loop.heavy(step)
 
     def close(self) -> dict:
-        return {"tracked": len(self.cockpit.get_output())}
-
-
-def _unsupported(model: nn.Module, extensions) -> list[str]:
-    """Modules holding parameters directly that one of the BackPACK extensions cannot handle."""
-    found = []
-    for _, module in model.named_modules():
-        own = [n for n, p in module.named_parameters(recurse=False) if p.requires_grad]
-        if not own:
-            continue
-        for ext in extensions:
-            table = getattr(ext, "_BackpropExtension__module_extensions", None)
-            if table is not None and type(module) not in table:
-                label = type(module).__name__
-                if list(module.children()):     # a container that holds a bare nn.Parameter
-                    label += f" (its own parameter{'s' if len(own) > 1 else ''} {', '.join(own)})"
-                if label not in found:
-                    found.append(label)
-                break
-    return found
+        return {"tracked": len(self.loop.cockpit.get_output())}
 
 
 def make_runner(mode: str, work: Workload, model_name: str, store: str, max_gb: float):
@@ -785,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         why = f"{' and '.join(missing)} not installed (pip install cockpit-for-pytorch backpack-for-pytorch)"
         if not missing:
             try:
-                _import_cockpit()   # once here, so that forked workers start with it imported
+                import_cockpit()   # once here, so that forked workers start with it imported
             except Exception as exc:
                 why = f"importing Cockpit failed: {type(exc).__name__}: {exc}"
                 missing = ["cockpit"]
