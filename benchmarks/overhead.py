@@ -85,7 +85,7 @@ import torch  # noqa: E402
 import leaky  # noqa: E402
 from audit_overhead import BUILDERS, Workload  # noqa: E402
 from leaky.watch import DEFAULT_EVERY  # noqa: E402
-from _peers import CockpitLoop, Skip, cockpit_available, naive_step  # noqa: E402
+from _shared import CockpitLoop, Skip, cockpit_available, naive_step, iqr, print_table  # noqa: E402
 
 MODES = ("plain", "audit", "watch-default", "watch-every-1", "anomaly", "naive-item", "cockpit", "plain-b")
 LABELS = {"plain-b": "plain again (A/A)", "audit": "audit", "watch-default": f"watch every={DEFAULT_EVERY}",
@@ -308,13 +308,6 @@ def _fail(name: str, mode: str, text: str, when: str, notes: list[str]) -> None:
         raise RuntimeError(f"plain training failed on {name}")
 
 
-def _iqr(xs: list[float]) -> tuple[float, float]:
-    if len(xs) < 2:
-        return (xs[0], xs[0]) if xs else (float("nan"), float("nan"))
-    q = statistics.quantiles(xs, n=4)
-    return q[0], q[2]
-
-
 def bench_model(name: str, workers: dict[str, Worker], args: argparse.Namespace) -> Result:
     notes: list[str] = []
     t0 = time.perf_counter()
@@ -393,7 +386,7 @@ def bench_model(name: str, workers: dict[str, Worker], args: argparse.Namespace)
         results[mode] = ModeResult(
             ms=1e3 * statistics.median(per_step[mode]),
             ratio=1.0 if mode == "plain" else statistics.median(ratios),
-            spread=_iqr(ratios) if mode != "plain" else (float("nan"), float("nan")),
+            spread=iqr(ratios) if mode != "plain" else (float("nan"), float("nan")),
             block=block[mode], timed=block[mode] * len(per_step[mode]), sampled=sampled[mode],
             exit_ms=1e3 * statistics.median(exits[mode]) if mode in ("audit", "anomaly") else
             1e3 * payload.get("exit_s", float("nan")),
@@ -434,23 +427,6 @@ def detail_table(results: list[Result], modes: list[str]):
                          ",".join(map(str, m.sampled)) if mode.startswith("watch") else "",
                          "" if m.exit_ms != m.exit_ms else f"{m.exit_ms:.1f}"))
     return header, body
-
-
-def print_table(header, body, markdown: bool) -> None:
-    left = 2 if header[1] == "mode" else 1
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|")
-        for row in body:
-            print("| " + " | ".join(row) + " |")
-        return
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    print(line(header))
-    print("  ".join("-" * w for w in widths))
-    for row in body:
-        print(line(row))
 
 
 def leaky_notes(results: list[Result]) -> list[str]:

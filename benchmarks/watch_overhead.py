@@ -107,7 +107,7 @@ import torch  # noqa: E402
 import leaky  # noqa: E402
 from audit_overhead import BUILDERS, Workload  # noqa: E402
 from leaky.watch import DEFAULT_EVERY  # noqa: E402
-from _peers import CockpitLoop, Skip, import_cockpit, naive_step  # noqa: E402
+from _shared import CockpitLoop, Skip, import_cockpit, naive_step, iqr, print_table  # noqa: E402
 
 TARGETS = {"watch-default": 1.02, "watch-every-1": 1.15}
 # glibc malloc settings for the workers (see --keep-malloc): no heap trimming, a padded top.
@@ -463,14 +463,6 @@ def _mean(xs):
     return sum(xs) / len(xs)
 
 
-def _iqr(xs: list[float]) -> tuple[float, float]:
-    """The middle half of the per-round ratios: (25th, 75th percentile)."""
-    if len(xs) < 2:
-        return (xs[0], xs[0]) if xs else (float("nan"), float("nan"))
-    q = statistics.quantiles(xs, n=4)
-    return q[0], q[2]
-
-
 def _p10(xs: list[float]) -> float:
     """10th percentile: extra load from other processes only ever adds time to a step."""
     return statistics.quantiles(xs, n=10)[0] if len(xs) > 1 else xs[0]
@@ -498,7 +490,7 @@ def _summarize(mode: str, f: float, rounds: list[list[float]], rounds_heavy: lis
         res.ms = 1e3 * statistics.median(_mean(r) for r in rounds)
         per_round = [_mean(r) / p for r, p in zip(rounds, plain_means)]
         res.ratio = 1.0 if mode == "plain" else statistics.median(per_round)
-        res.spread = _iqr(per_round) if mode != "plain" else (float("nan"), float("nan"))
+        res.spread = iqr(per_round) if mode != "plain" else (float("nan"), float("nan"))
         res.p10_ratio = _p10(all_steps) / _p10(plain_steps)
         return res
     light_ms, light_ratio, heavy_s, heavy_ratio = [], [], [], []
@@ -521,7 +513,7 @@ def _summarize(mode: str, f: float, rounds: list[list[float]], rounds_heavy: lis
             res.mark = "**"
             heavy_s = warm_heavy
             heavy_ratio = [t / statistics.median(plain_means) for t in warm_heavy]
-    res.spread = _iqr(light_ratio)
+    res.spread = iqr(light_ratio)
     r_light = statistics.median(light_ratio)
     ms_light = statistics.median(light_ms)
     if heavy_s:       # the heavy steps' mean: they may be of more than one kind (Cockpit)
@@ -576,24 +568,6 @@ def detail_rows(results: list[Result], modes: list[str]) -> tuple[tuple[str, ...
                          f"{m.heavy_ms:.1f}" if mode in PERIODIC and not math.isnan(m.heavy_ms) else "",
                          f"{1e3 * exit_s:.1f}" if exit_s is not None else ""))
     return header, body
-
-
-def print_table(header, body, markdown: bool) -> None:
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "|".join(["---"] * (2 if header[1] == "mode" else 1)
-                             + ["---:"] * (len(header) - (2 if header[1] == "mode" else 1))) + "|")
-        for row in body:
-            print("| " + " | ".join(row) + " |")
-        return
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
-    left = 2 if header[1] == "mode" else 1
-    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    print(line(header))
-    print("  ".join("-" * w for w in widths))
-    for row in body:
-        print(line(row))
 
 
 def watch_notes(results: list[Result]) -> list[str]:

@@ -1,10 +1,12 @@
-"""The peers both overhead benchmarks compare with: Cockpit's economy loop, naive logging.
+"""What benchmarks/overhead.py and benchmarks/watch_overhead.py share: the peers they compare
+with (Cockpit's economy loop, naive `.item()` logging) and the table helpers.
 
-Shared by benchmarks/overhead.py and benchmarks/watch_overhead.py (one process per mode;
-each builds a workload of audit_overhead.py and runs `CockpitLoop.step` or `naive_step`).
+Each mode runs in its own process, builds a workload of audit_overhead.py and runs
+`CockpitLoop.step` or `naive_step`.
 """
 from __future__ import annotations
 
+import statistics
 import sys
 import types
 
@@ -125,3 +127,30 @@ def naive_step(work, log: dict[str, float]) -> None:
         if p.grad is not None:
             log[name] = p.grad.norm().item()
     work.opt.step()
+
+
+def iqr(xs: list[float]) -> tuple[float, float]:
+    """The middle half of a list of per-round ratios: (25th, 75th percentile)."""
+    if len(xs) < 2:
+        return (xs[0], xs[0]) if xs else (float("nan"), float("nan"))
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+
+
+def print_table(header, body, markdown: bool) -> None:
+    """A table as markdown or aligned text; the first column (two when the second is
+    "mode") left-aligned, the rest right-aligned."""
+    left = 2 if header[1] == "mode" else 1
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|")
+        for row in body:
+            print("| " + " | ".join(row) + " |")
+        return
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    print(line(header))
+    print("  ".join("-" * w for w in widths))
+    for row in body:
+        print(line(row))
