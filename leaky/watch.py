@@ -7,8 +7,8 @@ problem at the step it first appears.
 
 Every step costs a loss, a total gradient norm and a learning rate, kept on the device and
 copied to the host in batches. Every `every` steps the full audit instruments run for one
-step; after it the checks run on everything seen so far, and new findings are announced
-once and stored. The store is optional in Python and the default on the command line.
+step; after it the checks run on everything seen so far (at most once every CHECK_GAP
+steps), and new findings are announced once and stored. The store is optional in Python and the default on the command line.
 """
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ from leaky.report.tables import module_rows
 from leaky.store import Store, git_commit
 
 DEFAULT_EVERY = 100   # sampled steps: 1 in 100 keeps the cost near 1% (docs/performance.md)
+# NOTE: the check pass (folding everything seen so far, every check, the store's module rows)
+# costs 1-2 ms, more when a spectral radius is recomputed: after a sampled step it runs only
+# if the last pass was at least this many steps before, so at `every` < 10 its cost is
+# spread over 10 steps. Statistics are still taken at every sampled step; a finding is
+# announced at the first pass after it appears (the last pass, at the end, misses nothing).
+CHECK_GAP = 10
 
 
 class FailFast(StopObserving):
@@ -67,6 +73,7 @@ class Watch(Audit):
         self.run_id: int | None = None
         self.seen: dict[tuple, Finding] = {}
         self._folded = 0
+        self._checked_at: int | None = None    # step of the last check pass
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Watch":
@@ -107,9 +114,12 @@ class Watch(Audit):
         if recorder.builder.steps == self._folded:
             return   # not a sampled step
         self._folded = recorder.builder.steps
+        step = recorder.step - 1
+        if self._checked_at is not None and step - self._checked_at < CHECK_GAP:
+            return   # the last check pass was less than CHECK_GAP steps ago
+        self._checked_at = step
         stats = recorder.finish()
         findings = run_all(stats, self.config)
-        step = recorder.step - 1
         if self.store is not None:
             self.store.add_module_stats(self.run_id, step, [
                 {"module": row["module"], "grad_norm": row["grad_norm"], "gain": row["gain"],

@@ -216,3 +216,28 @@ def test_a_store_from_a_newer_leaky_is_refused(tmp_path, capsys):
     script.write_text(SCRIPT)
     assert main(["watch", "--store", str(store), str(script), "5"]) == 2
     assert "newer" in capsys.readouterr().err
+
+
+def test_at_every_step_the_checks_run_at_most_once_every_ten_steps():
+    """Statistics are taken at every sampled step, but the check pass (1-2 ms, more with a
+    spectral radius) runs after a sampled step only if the last one was >= CHECK_GAP steps
+    before; the pass at the end sees everything."""
+    from leaky.watch import CHECK_GAP
+
+    class Sink:
+        def __init__(self):
+            self.steps = []
+
+        def write(self, step, stats, findings, new):
+            self.steps.append((step, stats.steps))
+
+        def close(self):
+            pass
+
+    sink = Sink()
+    torch.manual_seed(0)
+    with leaky.Watch(every=1, sinks=[sink]) as run:
+        train(MLP(), 25)
+    assert [step for step, _ in sink.steps] == [0, CHECK_GAP, 2 * CHECK_GAP]
+    assert [sampled for _, sampled in sink.steps] == [1, CHECK_GAP + 1, 2 * CHECK_GAP + 1]   # every step folded
+    assert run.stats.steps == 25
