@@ -425,11 +425,20 @@ def cmd_fix(args) -> int:
         _error(exc.args[0])
         return EXIT_UNUSABLE
 
+    status = err.status("leaky fix: starting") if err.is_terminal else contextlib.nullcontext()
+    current = {"text": ""}
+
     def progress(text: str) -> None:
+        current["text"] = text
         err.print(Text(f"leaky fix: {text}", style="dim"))
 
+    def on_step(done: int, total: int) -> None:
+        if err.is_terminal and done % 10 == 0:
+            status.update(f"leaky fix: {current['text']}: step {done}/{total}")
+
     try:
-        result = try_fixes(program, config, name, progress)
+        with status:
+            result = try_fixes(program, config, name, progress, on_step)
     except KeyboardInterrupt:
         _error("interrupted: no fix was judged")
         return EXIT_UNUSABLE

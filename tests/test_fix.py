@@ -369,3 +369,13 @@ def test_a_zero_grad_between_backward_and_step_is_moved(tmp_path):
     assert moved.verdict == verdict.HELPS
     assert [m[3] for m in moved.metrics] == ["gone"]
     assert "+    opt.zero_grad()\n     loss.backward()\n-    opt.zero_grad()\n" in moved.change.text
+
+
+def test_progress_reports_each_run_and_its_steps():
+    runs, steps = [], []
+    example = get("dqn-clamped-td")
+    try_fixes(lambda: example.run(steps=100, seed=0), FixConfig(steps=30, holdout=5, repeats=1),
+              progress=runs.append, on_step=lambda done, total: steps.append((done, total)))
+    assert runs[0].startswith("unfixed run") and any(r.startswith("fix 1/") for r in runs)
+    # every run counts 1..35 of 35: the unfixed run, its repeat, one shifted-seed run, one fix
+    assert steps.count((35, 35)) == len(runs) == 4 and steps[0] == (1, 35)

@@ -124,13 +124,15 @@ def context_of(trial: Trial) -> Context:
 
 
 def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name: str = "program",
-              progress: Callable[[str], None] | None = None) -> FixResult:
+              progress: Callable[[str], None] | None = None,
+              on_step: Callable[[int, int], None] | None = None) -> FixResult:
+    """`progress(text)` is told when each run starts, `on_step(done, total)` after each of its steps."""
     say = progress or (lambda text: None)
     start = time.perf_counter()
 
     def trial(make_fix=None, offset=0, label=None, holdout_fix=None) -> Trial:
         return run_trial(program, make_fix, offset, config.steps, config.holdout, config.audit_steps, label,
-                         holdout_fix)
+                         holdout_fix, on_step)
 
     say(f"unfixed run: {config.steps} steps + {config.holdout} held out, auditing the first {config.audit_steps}")
     base = trial()

@@ -77,8 +77,10 @@ class Trial:
 class StepControl:
     """Counts the lead optimizer's steps; freezes the model for the held-out steps; stops."""
 
-    def __init__(self, steps: int, holdout: int, holdout_fix: Callable | None = None) -> None:
+    def __init__(self, steps: int, holdout: int, holdout_fix: Callable | None = None,
+                 on_step: Callable[[int, int], None] | None = None) -> None:
         self.steps, self.holdout_steps = steps, holdout
+        self.on_step = on_step                   # (steps done, steps in all), for progress
         self._make_holdout_fix = holdout_fix     # a fix that acts on the held-out steps only
         self.holdout_fix = None
         self.losses: list[torch.Tensor | float] = []
@@ -147,6 +149,8 @@ class StepControl:
         loss, self._loss = self._loss, None
         value = loss if loss is not None else float("nan")
         (self.holdout if saved is not None else self.losses).append(value)
+        if self.on_step is not None:
+            self.on_step(len(self.losses) + len(self.holdout), self.steps + self.holdout_steps)
         if self.frozen and self._make_holdout_fix is not None and self.holdout_fix is None:
             self.holdout_fix = self._make_holdout_fix()
             self.holdout_fix.__enter__()
@@ -198,12 +202,13 @@ class SeedOffset:
 
 
 def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: int, steps: int,
-              holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None) -> Trial:
+              holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None,
+              on_step: Callable[[int, int], None] | None = None) -> Trial:
     """Run `program` once under a seed offset, an optional fix, an audit and the step control."""
     from leaky.script import describe_exception
 
     fix = make_fix() if make_fix is not None else None
-    control = StepControl(steps, holdout, holdout_fix)
+    control = StepControl(steps, holdout, holdout_fix, on_step)
     audit = Audit(config=AuditConfig(steps=min(audit_steps, steps)))
     output = io.StringIO()
     status, error = "finished", None
