@@ -19,7 +19,6 @@ import math
 import os
 from dataclasses import dataclass
 
-import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, note, settings

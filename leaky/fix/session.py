@@ -155,18 +155,21 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
     result.noise = verdict.noise([s if s is not None else float("inf") for s in scores])
     for index, candidate in enumerate(candidates, 1):
         say(f"fix {index}/{len(candidates)}: {candidate.title}")
-        result.outcomes.append(_try(candidate, base, result, trial))
+        result.outcomes.append(_try(candidate, base, result, trial, say))
     result.seconds = time.perf_counter() - start
     return result
 
 
-def _try(candidate: Candidate, base: Trial, result: FixResult, trial) -> Outcome:
+def _try(candidate: Candidate, base: Trial, result: FixResult, trial, say) -> Outcome:
     fixed = trial(candidate.build, label=candidate.title)
     unfixed_score, margin = base.score, result.noise.margin
     if candidate.changes_loss:
         # NOTE: scored by another function, the unfixed runs need their own noise too.
-        scores = [trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build, offset=offset).score
-                  for offset in range(result.config.repeats + 1)]
+        scores = []
+        for offset in range(result.config.repeats + 1):
+            say(f"unfixed run with seeds shifted by {offset}, scored the fixed way")
+            scores.append(trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build,
+                                offset=offset).score)
         unfixed_score = scores[0]
         margin = verdict.noise([s if s is not None else float("inf") for s in scores]).margin
     if not result.reproducible:
