@@ -1,6 +1,4 @@
 """Softmax probabilities into NLLLoss: the loss is -p_y, its gradient on the target logit is -p_y(1-p_y) instead of p_y - 1, so learning is several times slower. Fix: log_softmax."""
-import contextlib
-import io
 import pathlib
 import sys
 
@@ -8,53 +6,11 @@ import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = (HERE / "train.py").read_text()
+sys.path.insert(0, str(HERE.parent))
+
+from _verify import patch, run, verdict  # noqa: E402
 
 
-def patch(src, old, new):
-    """Replace one exact snippet of train.py (fails loudly if the script changed)."""
-    assert src.count(old) == 1, f"snippet not found exactly once: {old!r}"
-    return src.replace(old, new)
-
-
-def run(src):
-    """Execute a (possibly patched) train.py as __main__, quietly; return its globals.
-    `_initial` maps id(param) -> the value the parameter had at its module's first forward."""
-    initial = {}
-
-    def snapshot(module, args):
-        for p in module.parameters():
-            if id(p) not in initial:
-                initial[id(p)] = p.detach().clone()
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(snapshot)
-    ns = {"__name__": "__main__", "__file__": str(HERE / "train.py")}
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(src, str(HERE / "train.py"), "exec"), ns)
-    finally:
-        handle.remove()
-    ns["_initial"] = initial
-    return ns
-
-
-def change(ns, params):
-    """Largest absolute change of any element of `params` since their first forward."""
-    return max((p.detach().float() - ns["_initial"][id(p)].float()).abs().max().item() for p in params)
-
-
-def mean(xs):
-    xs = list(xs)
-    return sum(xs) / len(xs)
-
-
-def verdict(symptom, fixed, details):
-    for line in details:
-        print(line)
-    print(f"symptom reproduced: {symptom}")
-    print(f"fix removes it:     {fixed}")
-    ok = bool(symptom and fixed)
-    print("PASS" if ok else "FAIL")
-    sys.exit(0 if ok else 1)
 import torch.nn.functional as F
 
 short = patch(SRC, "range(150)", "range(40)")
