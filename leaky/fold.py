@@ -25,11 +25,11 @@ UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
 ZERO_WARMUP = 5          # steps after a weight was exactly 0 whose update ratio is not judged
 
 
-def _with_samples(stats: UnitStats, samples: int) -> UnitStats:
+def _with_samples(stats: UnitStats, samples: int, counted: int) -> UnitStats:
     import copy
 
     merged = copy.copy(stats)
-    merged.samples = samples
+    merged.samples, merged.counted = samples, counted
     return merged
 
 
@@ -39,8 +39,8 @@ def _histogram(host: dict, stats: UnitStats) -> dict | None:
         edges = np.linspace(HIST_LOW, 0.0, len(host["hist"]) + 1)
         return {"kind": "log10_derivative_share", "edges": edges.tolist(), "counts": host["hist"].tolist(),
                 "flat_below": math.log10(stats.detail["flat_share"])}
-    if host["active"] is not None and stats.samples:
-        rates = host["active"] / stats.samples
+    if host["active"] is not None and stats.counted:
+        rates = host["active"] / stats.counted
         counts, edges = np.histogram(rates, bins=20, range=(0.0, 1.0))
         return {"kind": "fire_rate", "edges": edges.tolist(), "counts": counts.tolist(),
                 "never": int((host["active"] == 0).sum())}
@@ -450,8 +450,8 @@ class StatsBuilder:
         host = stats.host()
         if self.global_units is not None and site in self.global_units:
             merged = self.global_units[site]
-            host.update({k: v.detach().cpu().double().numpy() for k, v in merged.items() if k != "samples"})
-            stats = _with_samples(stats, merged["samples"])
+            host.update({k: v.detach().cpu().double().numpy() for k, v in merged.items() if k not in ("samples", "counted")})
+            stats = _with_samples(stats, merged["samples"], merged["counted"])
         clean = [s for s in self.sample_steps if self.first_bad_step is None or s < self.first_bad_step]
         window = max(1, min(self.config.dead_window_steps, math.ceil(len(clean) / 2)))
         dead, died = None, ()
@@ -462,9 +462,9 @@ class StatsBuilder:
             dead = int(dead_mask.sum())
             died = tuple(int(s) + 1 for s in last[dead_mask] if s >= 0)
         flat_share = stuck = None
-        if host["flat"] is not None and stats.samples:
-            flat_share = float(host["flat"].sum() / (stats.samples * stats.units))
-            stuck = float(np.mean(host["flat"] >= 0.99 * stats.samples))
+        if host["flat"] is not None and stats.counted:
+            flat_share = float(host["flat"].sum() / (stats.counted * stats.units))
+            stuck = float(np.mean(host["flat"] >= 0.99 * stats.counted))
         peaked = host["peaked_rows"] / stats.rows if stats.rows else None
         return ActivationStats(site, op.op, stats.activation.family, op.module, op.source, stats.units,
                                stats.samples, dead, died, window, flat_share, stuck,

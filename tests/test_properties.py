@@ -306,3 +306,38 @@ def test_healthy_models_have_no_errors(spec):
         train(model, opt, x, y, loss_fn, steps=5)
     errors = [f for f in audit.report.findings if f.severity.value == "error"]
     assert errors == [], "\n".join(f"{f.code} {f.name} at {f.where}: {f.message}" for f in errors)
+
+
+# -- the per-unit counters ---------------------------------------------------------------------
+@st.composite
+def _maps(draw):
+    """A feature map, the dims summed away, and its dtype; some elements 0, -0.0, NaN or inf."""
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=4)))
+    unit_dim = draw(st.integers(0, len(shape) - 1))
+    dtype = draw(st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 31 - 1)))
+    x = torch.randn(shape, generator=gen)
+    specials = torch.tensor([0.0, -0.0, math.nan, math.inf, -math.inf, 1e-30])
+    mask = torch.rand(shape, generator=gen) < draw(st.sampled_from([0.0, 0.3, 0.9]))
+    picks = specials[torch.randint(0, len(specials), shape, generator=gen)]
+    x = torch.where(mask, picks, x).to(dtype)
+    return x, [d for d in range(len(shape)) if d != unit_dim]
+
+
+@_settings(200)
+@given(_maps(), st.booleans())
+def test_unit_counts_equal_a_boolean_count(drawn, relu):
+    """count_positive (summed signs) equals (x > 0).sum per unit, NaN, inf and -0.0 included."""
+    from leaky.record.activations import count_positive
+
+    x, dims = drawn
+    if relu:
+        x = torch.relu(x)
+    per_unit = x.numel() // max(1, math.prod(x.shape[d] for d in range(x.ndim) if d not in dims))
+    got = count_positive(x, dims, per_unit, nonnegative=relu)
+    if not dims:   # an unbatched vector: one sample per unit
+        assert torch.equal(got, (x > 0).long())
+        return
+    want = (x > 0).sum(dims)
+    assert got.dtype == torch.int64
+    assert torch.equal(got, want), (got, want)

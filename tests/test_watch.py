@@ -241,3 +241,42 @@ def test_at_every_step_the_checks_run_at_most_once_every_ten_steps():
     assert [step for step, _ in sink.steps] == [0, CHECK_GAP, 2 * CHECK_GAP]
     assert [sampled for _, sampled in sink.steps] == [1, CHECK_GAP + 1, 2 * CHECK_GAP + 1]   # every step folded
     assert run.stats.steps == 25
+
+
+def _one_firing(steps: int, fires_at: int, ctx):
+    """A ReLU layer whose unit 1 fires at one step only; the others never."""
+    lin = nn.Linear(4, 3)
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.fill_(-1.0)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.0)
+    x = torch.randn(8, 4)
+    with ctx as run:
+        for step in range(steps):
+            bump = torch.zeros(3)
+            if step == fires_at:
+                bump[1] = 5.0
+            loss = F.relu(lin(x) + bump).sum() + lin(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (units,) = run.recorder.units.values()
+    return units
+
+
+def test_every_1_sees_a_unit_fire_at_any_step_and_counts_rates_every_10(tmp_path):
+    """Whether a unit fired is taken at every sampled step (a unit that fires once, at a
+    step whose rates are not counted, is alive until then); how often it fires is counted
+    at most once every RATE_GAP steps in a watch, and at every step in an audit."""
+    from leaky.record.activations import RATE_GAP
+
+    units = _one_firing(30, 15, leaky.watch(every=1, store=tmp_path / "runs.db"))
+    assert units.last_active.tolist() == [-1, 15, -1]
+    assert units.samples == 30 * 8
+    assert units.counted == len(range(0, 30, RATE_GAP)) * 8       # steps 0, 10, 20
+    assert units.active.tolist() == [0, 0, 0]                      # step 15 fired but was not counted
+
+    units = _one_firing(30, 15, leaky.audit(steps=None))
+    assert units.last_active.tolist() == [-1, 15, -1]
+    assert units.counted == units.samples == 30 * 8
+    assert units.active.tolist() == [0, 8, 0]

@@ -43,12 +43,12 @@ def _same_layout(units: dict) -> bool:
 
 
 def reduce_units(units: dict) -> dict[int, dict] | None:
-    """Global copies of the ReLU/flat counters: {site: {"active", "flat", "last_active", "samples"}}."""
+    """Global copies of the ReLU/flat counters: {site: {"active", "flat", "last_active", "samples", "counted"}}."""
     if not units or not _same_layout(units):
         return None
     result = {}
     for site, stats in sorted(units.items()):
-        entry = {"samples": stats.samples * dist.get_world_size()}
+        entry = {"samples": stats.samples * dist.get_world_size(), "counted": stats.counted * dist.get_world_size()}
         for name, op in (("active", dist.ReduceOp.SUM), ("flat", dist.ReduceOp.SUM), ("last_active", dist.ReduceOp.MAX)):
             value = getattr(stats, name)
             if value is not None:

@@ -83,7 +83,7 @@ class HostStep:
     values: np.ndarray
     records: list[NodeRecord]
     forward_sites: list[int]
-    forward_finite: np.ndarray     # forward output norms: non-finite where an output was
+    forward_finite: np.ndarray     # forward output norms (sums once a site's RMS is known): non-finite where an output was
     extras: dict[str, float]
     forward_numel: list[int]
 

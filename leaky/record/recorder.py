@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
-from leaky.record.activations import ACTIVATIONS, UnitStats, hardtanh_bounds, unit_dim
+from leaky.record.activations import ACTIVATIONS, RATE_GAP, UnitStats, hardtanh_bounds, unit_dim
 from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
@@ -36,6 +36,19 @@ INIT_OPS = {"normal_", "uniform_", "fill_", "zero_", "copy_", "mul_", "div_", "a
             "kaiming_uniform_", "kaiming_normal_", "sparse_"}
 # Ops that only select values: an -inf attention mask is intended, not an overflow.
 _SELECTS = {"where", "masked_fill", "masked_fill_"}
+# Ops whose output is finite whenever every floating input is: they copy, select, bound or
+# normalise values and never make one larger than the largest input (softmax: each output
+# is in [0, 1]). Their output is checked for NaN/Inf only if some input was not already
+# checked (data, a parameter, a masked fill); a non-finite value they pass on was reported
+# where it appeared. In-place spellings are always checked (their input is gone).
+_FINITE_PRESERVING = {
+    "relu", "hardtanh", "relu6", "sigmoid", "tanh", "softsign", "clamp", "clip", "clamp_min", "clamp_max",
+    "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+    "adaptive_max_pool3d", "softmax", "log_softmax",
+    "view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t",
+    "contiguous", "clone", "narrow", "select", "split", "chunk", "unbind", "expand", "expand_as", "flip",
+    "roll", "cat", "concat", "concatenate", "stack", "getitem", "gather", "index_select", "movedim",
+}
 _DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
 
 
@@ -83,6 +96,8 @@ class Recorder(StepTracking):
         self.backward_calls = 0
         self.saw_optimizer = False
         self._mark = ("leaky", id(self))
+        self._checked = ("leaky-finite", id(self))   # node.metadata: its output was checked
+        self._rates_counted_at: int | None = None      # the last step that counted unit rates
         self._mode = OpMode(self)
         self._handles: list = []
         self._mode_on = False
@@ -205,11 +220,7 @@ class Recorder(StepTracking):
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
         if out.is_floating_point() and op not in _SELECTS:
-            # NOTE: one reduction per op; the norm is non-finite iff some element is (or the
-            # sum of squares overflows float32, which only values near overflow reach).
-            low = out.dtype in (torch.float16, torch.bfloat16)   # their norm would overflow
-            norm = torch.linalg.vector_norm(out.detach(), dtype=torch.float32 if low else None)
-            self.buffer.forward_flags.append((first_site, norm, out.numel()))
+            self._check_finite(op, first_site, args, outputs)
         self.probes.observe(op, first_site, args, kwargs)
         activation = ACTIVATIONS.get(op)
         if activation is not None and out.is_floating_point():
@@ -218,6 +229,46 @@ class Recorder(StepTracking):
             for param in parameters_in(args):
                 if param.ndim == 2 and param.shape[0] == param.shape[1] and self._feeds_back(args, first_site):
                     self.param_uses[id(param)].add(first_site)
+
+    def _check_finite(self, op: str, site: int, args: tuple, outputs: list[Tensor]) -> None:
+        """One reduction of the op's output whose value is non-finite iff an element is.
+
+        NOTE: until the site's first clean step has given its RMS, the norm, in float64 (a
+        float32 sum of squares overflows from |x| ~ 1e19 / sqrt(numel): huge, finite
+        activations would read as non-finite); after it, the sum (half the time of a norm;
+        in float32 it overflows only when the values sum past 3e38).
+        """
+        if op in _FINITE_PRESERVING and self._inputs_checked(args):
+            self._note_checked(outputs)
+            return
+        out = outputs[0].detach()
+        if site in self.builder.first_rms:
+            low = out.dtype in (torch.float16, torch.bfloat16)
+            value = out.sum(dtype=torch.float32 if low else None)
+        else:
+            wide = torch.float64 if out.device.type in ("cpu", "cuda") else torch.float32   # MPS: no float64
+            value = torch.linalg.vector_norm(out, dtype=wide)
+        self.buffer.forward_flags.append((site, value, out.numel()))
+        self._note_checked(outputs)
+
+    def _note_checked(self, outputs: list[Tensor]) -> None:
+        for t in outputs:
+            if t.grad_fn is not None:
+                t.grad_fn.metadata[self._checked] = True
+
+    def _inputs_checked(self, args: tuple) -> bool:
+        """Whether every floating tensor argument came out of an op checked (or covered) in
+        this forward: then a NaN or Inf in it was already reported where it appeared."""
+        seen = False
+        for arg in args:
+            items = arg if isinstance(arg, (list, tuple)) else (arg,)
+            for item in items:
+                if isinstance(item, Tensor) and item.is_floating_point():
+                    node = item.grad_fn
+                    if node is None or not node.metadata.get(self._checked):
+                        return False
+                    seen = True
+        return seen
 
     def _feeds_back(self, args: tuple, site: int, depth: int = 6) -> bool:
         """Whether this matmul's activation input was computed from an earlier run of the
@@ -267,7 +318,18 @@ class Recorder(StepTracking):
             stats = self.units[site] = UnitStats(activation, out.shape[dim] if out.ndim else 1, dim, extra)
         if out.ndim and out.shape[stats.unit_dim] != stats.units:
             return  # a differently shaped call at the same line: keep the first shape
-        stats.update(out, self.step)
+        stats.update(out, self.step, self._count_rates())
+
+    def _count_rates(self) -> bool:
+        """Whether this step counts fire rates and flat samples (see RATE_GAP): always in an
+        audit and a watch's first audited steps, then at most once every RATE_GAP steps."""
+        if self.sample_every is None or self.step < self.dense_steps:
+            return True
+        last = self._rates_counted_at
+        if last is None or last == self.step or self.step - last >= RATE_GAP:
+            self._rates_counted_at = self.step
+            return True
+        return False
 
     def note_loss_failure(self, op: str, args: tuple, kwargs: dict, exc: Exception) -> None:
         """A loss call raised (BCE on values outside [0, 1], say): keep what it was given."""
