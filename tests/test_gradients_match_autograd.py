@@ -161,3 +161,60 @@ def test_step_and_parameter_norms_with_a_weight_used_twice():
     assert got_total == pytest.approx(expected_total, rel=1e-5)
     (weight,) = [p for p in audit.stats.params if p.name.endswith("weight") and "shared" in p.name]
     assert weight.grad_norm == pytest.approx(expected_shared[-1], rel=1e-5)
+
+
+class _Mover(nn.Module):
+    """Ops whose backward only moves values: a max-pool (non-overlapping), a flatten, a
+    transpose, a chunk and a slice; and one that does not (an overlapping max-pool)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.head = nn.Linear(15, 3)
+
+    def forward(self, x):
+        h = self.conv(x)
+        p = F.max_pool2d(h, 2)                       # 8x8 -> 4x4, windows apart
+        q = F.max_pool2d(h, 3, stride=2, padding=1)  # windows overlap: values add up
+        f = (p + q).flatten(2)                      # [B, 4, 16]
+        t = f.transpose(1, 2)                       # [B, 16, 4]
+        a, b = t.chunk(2, dim=2)                    # two [B, 16, 2]
+        s = (a * b)[:, 1:]                          # a slice
+        return self.head(s.sum(-1)), (h, p, q, f, t, a, b, s)
+
+
+def test_gradients_of_value_moving_ops_equal_autograd():
+    """The norm a view, a slice, a chunk or a non-overlapping max-pool sends is taken from the
+    arriving norms, not recomputed: it must still be autograd's."""
+    torch.manual_seed(0)
+    net = _Mover()
+    x, y = torch.randn(5, 2, 8, 8), torch.randint(0, 3, (5,))
+    out, saved = net(x)
+    grads = torch.autograd.grad(F.cross_entropy(out, y), list(saved), retain_graph=True)
+    ref = dict(zip("h p q f t a b s".split(), (g.norm().item() for g in grads)))
+    # what each pool sends back to h, alone: its arriving gradient routed through it
+    h, p, q = saved[:3]
+    ref["p->h"], ref["q->h"] = (torch.autograd.grad((pool * g.detach()).sum(), h, retain_graph=True)[0].norm().item()
+                                for pool, g in ((p, grads[1]), (q, grads[2])))
+    with leaky.audit() as audit:
+        out, _ = net(x)
+        F.cross_entropy(out, y).backward()
+    by_op = {}
+    for o in audit.stats.ops:
+        by_op.setdefault(o.op, []).append(o)
+    pools = sorted(by_op["max_pool2d"], key=lambda o: o.first_seq)
+    assert math.isclose(pools[0].grad_in, ref["p"], rel_tol=1e-5)
+    assert math.isclose(pools[0].grad_out, ref["p->h"], rel_tol=1e-5)
+    assert math.isclose(pools[1].grad_in, ref["q"], rel_tol=1e-5)
+    assert math.isclose(pools[1].grad_out, ref["q->h"], rel_tol=1e-5)   # taken, not assumed
+    assert not math.isclose(ref["q->h"], ref["q"], rel_tol=1e-3)
+    (flatten,) = by_op["flatten"]
+    assert math.isclose(flatten.grad_in, ref["f"], rel_tol=1e-5)
+    (transpose,) = by_op["transpose"]
+    assert math.isclose(transpose.grad_in, ref["t"], rel_tol=1e-5)
+    assert math.isclose(transpose.grad_out, ref["f"], rel_tol=1e-5)
+    (chunk,) = by_op["chunk"]
+    assert math.isclose(chunk.grad_in, math.hypot(ref["a"], ref["b"]), rel_tol=1e-5)
+    assert math.isclose(chunk.grad_out, ref["t"], rel_tol=1e-5)
+    (getitem,) = by_op["getitem"]
+    assert math.isclose(getitem.grad_in, ref["s"], rel_tol=1e-5)

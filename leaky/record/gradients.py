@@ -162,6 +162,28 @@ def can_zero(node) -> bool:
     return verdict
 
 
+# NOTE: nodes whose backward only moves the arriving values into place: views, transposes,
+# a select or a slice (the values, and zeros around them), a split or an unbind (the pieces,
+# concatenated), a max-pool whose windows do not overlap (each value to its window's argmax,
+# a different element for every window). The gradient they send holds exactly the arriving
+# values plus zeros, so its norm is sqrt(sum of the arriving norms squared): not taken again.
+_MOVES = ("ViewBackward", "ReshapeAliasBackward", "UnsafeViewBackward", "TransposeBackward", "PermuteBackward",
+          "SqueezeBackward", "UnsqueezeBackward", "TBackward", "CloneBackward", "AliasBackward", "SelectBackward",
+          "SliceBackward", "SplitBackward", "SplitWithSizesBackward", "UnbindBackward")
+_POOLS = ("MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward", "MaxPool3DWithIndicesBackward")
+
+
+def moves_values(node) -> bool:
+    name = type(node).__name__
+    if name.startswith(_MOVES):
+        return True
+    if name.startswith(_POOLS):
+        kernel, stride = tuple(node._saved_kernel_size), tuple(node._saved_stride) or tuple(node._saved_kernel_size)
+        return (all(d == 1 for d in node._saved_dilation) and len(stride) == len(kernel)
+                and all(s >= k for s, k in zip(stride, kernel)))
+    return False
+
+
 _SMALL_RANGE = (torch.float16, torch.bfloat16)
 
 
@@ -179,7 +201,8 @@ class GradientRecorder:
 
     def watch(self, node, site: int) -> None:
         kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
-        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node))
+        moves = kinds.count(1) == 1 and 2 not in kinds and moves_values(node)
+        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node), moves)
         self.handles.append(node.register_hook(hook))
 
     def remove_all(self) -> None:
@@ -192,14 +215,15 @@ class GradientRecorder:
         self.handles.clear()
         self._sent.clear()
 
-    def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, grad_inputs, grad_outputs) -> None:
+    def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, moves: bool, grad_inputs,
+                     grad_outputs) -> None:
         if not self.active:
             return
         # NOTE: no_grad: under create_graph=True the gradients themselves require grad,
         # and our norms must not join the user's double-backward graph.
         try:
             with torch._C.DisableTorchFunction(), torch.no_grad():
-                self._record(site, seq, kinds, zeroing, grad_inputs, grad_outputs)
+                self._record(site, seq, kinds, zeroing, moves, grad_inputs, grad_outputs)
         except Exception as exc:  # leaky's own failure must not stop the user's backward
             self.on_error(exc)
 
@@ -211,8 +235,10 @@ class GradientRecorder:
             return entry[2]
         return None
 
-    def _norms(self, arriving: list[Tensor], acts: list[Tensor], params: list[Tensor]) -> list[Tensor]:
-        """Norms of the arriving, activation and parameter gradients, in that order.
+    def _norms(self, arriving: list[Tensor], acts: list[Tensor], params: list[Tensor],
+               moves: bool = False) -> list[Tensor]:
+        """Norms of the arriving, activation and parameter gradients, in that order; with
+        `moves` (see _MOVES), the one activation gradient's norm comes from the arriving ones.
 
         NOTE: the gradient a node sends to its input is, most of the time, the very tensor
         that arrives at the next node: its norm is taken once. A hit must be the same live
@@ -224,9 +250,12 @@ class GradientRecorder:
             norm = self.known_norm(grad)
             if norm is not None:
                 known[index] = norm
-        todo = [g for i, g in enumerate(arriving) if i not in known] + acts + params
+        moved = moves and len(acts) == 1 and not params
+        todo = [g for i, g in enumerate(arriving) if i not in known] + ([] if moved else acts + params)
         computed = iter(torch._foreach_norm(todo)) if todo else iter(())
         norms = [known[i] if i in known else next(computed) for i in range(len(arriving))]
+        if moved:
+            norms.append(norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms)))
         norms.extend(computed)
         for grad, norm in zip(acts + params, norms[len(arriving):]):
             try:
@@ -235,7 +264,7 @@ class GradientRecorder:
                 pass
         return norms
 
-    def _record(self, site, seq, kinds, zeroing, grad_inputs, grad_outputs) -> None:
+    def _record(self, site, seq, kinds, zeroing, moves, grad_inputs, grad_outputs) -> None:
         arriving = [_dense(g) for g in grad_outputs if g is not None]
         if not arriving or arriving[0].is_meta:
             return   # no values on the meta device
@@ -243,7 +272,7 @@ class GradientRecorder:
         params = [_dense(g) for g, k in zip(grad_inputs, kinds) if k == 2 and g is not None]
         values = self.buffer.values
         offset = len(values)
-        values.extend(self._norms(arriving, acts, params))
+        values.extend(self._norms(arriving, acts, params, moves))
         numel_in = sum(g.numel() for g in arriving)
         # NOTE: only an elementwise node (one input gradient the same size as the one
         # arriving) can "set an element's gradient to zero"; for a matmul or a reduction
