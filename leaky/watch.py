@@ -118,6 +118,7 @@ class Watch(Audit):
         if self._checked_at is not None and step - self._checked_at < CHECK_GAP:
             return   # the last check pass was less than CHECK_GAP steps ago
         self._checked_at = step
+        recorder.flush_series()   # the checks read the loss series up to this step
         stats = recorder.finish()
         findings = run_all(stats, self.config)
         if self.store is not None:

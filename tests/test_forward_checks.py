@@ -102,3 +102,73 @@ def test_huge_finite_activations_are_not_called_non_finite():
             opt.step()
     assert _forward_event(audit) is None
     assert not audit.report.by_code("LK107")
+
+
+class _ConvBN(nn.Module):
+    def __init__(self, norm: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4) if norm == "batch" else nn.GroupNorm(2, 4)
+        self.head = nn.Linear(4 * 8 * 8, 2)
+
+    def forward(self, x):
+        return self.head(F.relu(self.norm(self.conv(x))).flatten(1))
+
+
+def _train_conv_bn(model, steps, poison):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 2, (8,))
+    with leaky.audit(steps=None) as audit:
+        for step in range(steps):
+            poison(model, step)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return audit
+
+
+def test_a_nan_in_a_normalisers_bias_is_found_at_the_normaliser():
+    """After the first step a normaliser's output is judged from its input (checked), its
+    statistics and its affine parameters: a NaN bias still makes it the origin."""
+    for norm in ("batch", "group"):
+        torch.manual_seed(0)
+
+        def poison(model, step):
+            if step == 2:
+                with torch.no_grad():
+                    model.norm.bias[1] = math.nan
+
+        event = _forward_event(_train_conv_bn(_ConvBN(norm), 4, poison))
+        assert event is not None and event.step == 2, norm
+        assert event.op.op == f"{norm}_norm", (norm, event.op.op)
+
+
+def test_a_nan_before_a_normaliser_is_found_where_it_was_made():
+    torch.manual_seed(0)
+
+    def poison(model, step):
+        if step == 2:
+            with torch.no_grad():
+                model.conv.weight[0, 0, 0, 0] = math.inf
+
+    event = _forward_event(_train_conv_bn(_ConvBN("batch"), 4, poison))
+    assert event is not None and event.step == 2 and event.op.op == "conv2d"
+
+
+def test_a_layer_norm_of_a_constant_row_without_eps_is_found():
+    """rstd = 1/sqrt(0 + eps) is infinite with eps = 0: the statistics say so."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 6)
+    norm = nn.LayerNorm(6, eps=0.0)
+    opt = torch.optim.SGD([*lin.parameters(), *norm.parameters()], lr=0.01)
+    x = torch.randn(5, 4)
+    with leaky.audit(steps=None) as audit:
+        for step in range(3):
+            h = lin(x)
+            if step == 2:
+                h = h * torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0]).unsqueeze(1)   # row 2: all zeros
+            opt.zero_grad()
+            norm(h).pow(2).mean().backward()
+            opt.step()
+    event = _forward_event(audit)
+    assert event is not None and event.step == 2 and event.op.op == "layer_norm"

@@ -49,6 +49,13 @@ _FINITE_PRESERVING = {
     "contiguous", "clone", "narrow", "select", "split", "chunk", "unbind", "expand", "expand_as", "flip",
     "roll", "cat", "concat", "concatenate", "stack", "getitem", "gather", "index_select", "movedim",
 }
+# Normalisers, and where their weight and bias sit among the arguments: (x - mean) * rstd *
+# weight + bias is finite when x was checked and the per-group mean and rstd (saved by the
+# autograd node, one value per channel or row) and the affine parameters are: those few
+# values are checked instead of the whole output (up to values past ~1e36, where the
+# product overflows). Only the node types tested here; others are checked in full.
+_NORMALISERS = {"batch_norm": (3, 4), "layer_norm": (2, 3), "group_norm": (2, 3)}
+_NORMALISER_NODES = ("NativeBatchNormBackward", "NativeLayerNormBackward", "NativeGroupNormBackward")
 _DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
 
 
@@ -145,7 +152,7 @@ class Recorder(StepTracking):
         if self.error is None and (self.monitor.pending or self.monitor.loss is not None):
             if self.monitor.loss is not None and self._calls_since_step:
                 self.monitor.end_step(self.step, self.last_optimizer)
-            self.guarded(self._flush_series)
+            self.guarded(self.flush_series)
 
     # -- leaky's own failures ----------------------------------------------------------
     def fail(self, exc: BaseException) -> None:
@@ -220,7 +227,7 @@ class Recorder(StepTracking):
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
         if out.is_floating_point() and op not in _SELECTS:
-            self._check_finite(op, first_site, args, outputs)
+            self._check_finite(op, first_site, args, kwargs, outputs)
         self.probes.observe(op, first_site, args, kwargs)
         activation = ACTIVATIONS.get(op)
         if activation is not None and out.is_floating_point():
@@ -230,7 +237,7 @@ class Recorder(StepTracking):
                 if param.ndim == 2 and param.shape[0] == param.shape[1] and self._feeds_back(args, first_site):
                     self.param_uses[id(param)].add(first_site)
 
-    def _check_finite(self, op: str, site: int, args: tuple, outputs: list[Tensor]) -> None:
+    def _check_finite(self, op: str, site: int, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
         """One reduction of the op's output whose value is non-finite iff an element is.
 
         NOTE: until the site's first clean step has given its RMS, the norm, in float64 (a
@@ -242,7 +249,10 @@ class Recorder(StepTracking):
             self._note_checked(outputs)
             return
         out = outputs[0].detach()
-        if site in self.builder.first_rms:
+        sides = self._normaliser_sides(op, args, kwargs, outputs[0]) if op in _NORMALISERS else None
+        if site in self.builder.first_rms and sides is not None:
+            value = torch.cat([t.detach().reshape(-1).float() for t in sides]).sum()
+        elif site in self.builder.first_rms:
             low = out.dtype in (torch.float16, torch.bfloat16)
             value = out.sum(dtype=torch.float32 if low else None)
         else:
@@ -250,6 +260,19 @@ class Recorder(StepTracking):
             value = torch.linalg.vector_norm(out, dtype=wide)
         self.buffer.forward_flags.append((site, value, out.numel()))
         self._note_checked(outputs)
+
+    def _normaliser_sides(self, op: str, args: tuple, kwargs: dict, out: Tensor) -> list[Tensor] | None:
+        """The mean, rstd, weight and bias that, with a checked input, decide whether a
+        normaliser's output is finite (None: check the output itself)."""
+        node = out.grad_fn
+        if not args or not type(node).__name__.startswith(_NORMALISER_NODES) or not self._inputs_checked(args[:1]):
+            return None
+        stats = [getattr(node, "_saved_result1", None), getattr(node, "_saved_result2", None)]
+        if not all(isinstance(t, Tensor) and t.numel() and t.is_floating_point() for t in stats):
+            return None   # e.g. batch norm in eval mode: running statistics, not saved ones
+        weight_at, bias_at = _NORMALISERS[op]
+        affine = [args[i] if len(args) > i else kwargs.get(name) for i, name in ((weight_at, "weight"), (bias_at, "bias"))]
+        return stats + [t for t in affine if isinstance(t, Tensor)]
 
     def _note_checked(self, outputs: list[Tensor]) -> None:
         for t in outputs:

@@ -199,8 +199,10 @@ class StepTracking:
         sampled = self.observing or bool(self.buffer.records)
         total = self._flush() if sampled else None
         self.monitor.end_step(self.step, self.last_optimizer if self.saw_optimizer else None, total)
-        if sampled or self.monitor.due():
-            self._flush_series()
+        # NOTE: a watch's series is copied in batches (its check pass flushes it first); an
+        # audit's at each step.
+        if self.monitor.due() or (sampled and self.sample_every is None):
+            self.flush_series()
         self.step += 1
         self._calls_since_step = 0
         if self.on_step is not None:
@@ -215,7 +217,7 @@ class StepTracking:
         every = self.sample_every
         self._sample(every is None or self.step < self.dense_steps or self.step % every == 0)
 
-    def _flush_series(self) -> None:
+    def flush_series(self) -> None:
         rows = self.monitor.flush()
         self.builder.add_series(rows)
         if self.on_series is not None and rows:
