@@ -218,3 +218,44 @@ def test_gradients_of_value_moving_ops_equal_autograd():
     assert math.isclose(chunk.grad_out, ref["t"], rel_tol=1e-5)
     (getitem,) = by_op["getitem"]
     assert math.isclose(getitem.grad_in, ref["s"], rel_tol=1e-5)
+
+
+class _Tied(nn.Module):
+    """fc1 used once; tied used twice (two gradients summed into one .grad)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(5, 6)
+        self.tied = nn.Linear(6, 6)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.head(self.tied(torch.tanh(self.tied(self.fc1(x)))))
+
+
+@pytest.mark.parametrize("after_backward", ["nothing", "clip", "replace", "accumulate"])
+def test_parameter_gradient_norms_follow_what_dot_grad_holds(after_backward):
+    """A weight's .grad is a fresh copy of the transposed gradient its node sent, and its norm
+    is reused from that node; it must still be the norm of what .grad holds at the step's
+    end: after clipping in place, after the user replaces .grad, with a weight used twice,
+    and with two backward calls adding into .grad."""
+    torch.manual_seed(0)
+    net = _Tied()
+    opt = torch.optim.SGD(net.parameters(), lr=0.0)
+    x, y = torch.randn(7, 5), torch.randint(0, 3, (7,))
+    with leaky.audit() as audit:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y).backward()
+        if after_backward == "clip":
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1e-3)
+        elif after_backward == "replace":
+            net.fc1.weight.grad = net.fc1.weight.grad * 3.0
+        elif after_backward == "accumulate":
+            F.cross_entropy(net(x * 2), y).backward()
+        expected = {f"{m}.{n}": p.grad.norm().item() for m, mod in net.named_children()
+                    for n, p in mod.named_parameters()}
+        opt.step()
+    got = {p.name: p.grad_norm for p in audit.stats.params}
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert math.isclose(got[name], expected[name], rel_tol=1e-5), (name, got[name], expected[name])

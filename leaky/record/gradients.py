@@ -184,6 +184,19 @@ def moves_values(node) -> bool:
     return False
 
 
+def _param_at(node, depth: int = 3):
+    """The parameter at the end of a short chain of value-moving nodes (a weight's
+    transpose): its .grad will hold exactly the values sent into the chain. None otherwise
+    (an expand sums, an autocast copy changes the dtype)."""
+    name = type(node).__name__
+    if name == "AccumulateGrad":
+        return node.variable
+    if depth == 0 or not name.startswith(_MOVES):
+        return None
+    inputs = [fn for fn, _ in node.next_functions if fn is not None]
+    return _param_at(inputs[0], depth - 1) if len(inputs) == 1 else None
+
+
 _SMALL_RANGE = (torch.float16, torch.bfloat16)
 
 
@@ -198,25 +211,62 @@ class GradientRecorder:
         # id(gradient) -> (weak reference, version, norm): the norm of a gradient one node
         # sent toward the activations, reused when it arrives, unchanged, at the next node.
         self._sent: dict[int, tuple] = {}
+        # NOTE: a weight's gradient is sent as its transpose and stored by AccumulateGrad as
+        # a fresh contiguous copy: not the tensor normed. If the parameter had no .grad and
+        # got a single gradient in this backward, its new .grad holds exactly those values:
+        # a hook after the accumulation files the norm under the new .grad (same object and
+        # version checked when it is read). id(param) -> (norm, dtype), None after a second.
+        self._fresh: dict[int, tuple | None] = {}
+        self._accumulated: dict[int, object] = {}   # id(param) -> its post-accumulate hook handle
 
     def watch(self, node, site: int) -> None:
         kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
         moves = kinds.count(1) == 1 and 2 not in kinds and moves_values(node)
-        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node), moves)
+        owners = tuple(self._owner(fn) if kind == 2 else None for (fn, _), kind in zip(node.next_functions, kinds))
+        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node), moves, owners)
         self.handles.append(node.register_hook(hook))
+
+    def _owner(self, fn):
+        """The parameter whose .grad will equal what this slot sends, with a hook after its
+        accumulation (None: its .grad is normed on its own)."""
+        param = _param_at(fn)
+        if param is None or distributed.is_dtensor(param) or distributed.running():
+            return None   # DDP and FSDP rewrite .grad after the accumulation
+        if id(param) not in self._accumulated:
+            self._accumulated[id(param)] = param.register_post_accumulate_grad_hook(self._on_accumulated)
+        return param
+
+    def _on_accumulated(self, param) -> None:
+        entry = self._fresh.pop(id(param), None)
+        grad = param.grad
+        if entry is None or grad is None or grad.dtype != entry[1] or grad.is_sparse:
+            return
+        try:
+            self._sent[id(grad)] = (weakref.ref(grad), grad._version, entry[0])
+        except TypeError:   # a tensor subclass without weak references
+            pass
 
     def remove_all(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        self._forget_params()
 
     def forget_handles(self) -> None:
-        """Graphs of finished steps are gone; their handles need no removal."""
+        """Graphs of finished steps are gone; their handles need no removal (the hooks on
+        parameters do)."""
         self.handles.clear()
         self._sent.clear()
+        self._forget_params()
 
-    def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, moves: bool, grad_inputs,
-                     grad_outputs) -> None:
+    def _forget_params(self) -> None:
+        for handle in self._accumulated.values():
+            handle.remove()
+        self._accumulated.clear()
+        self._fresh.clear()
+
+    def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, moves: bool, owners: tuple,
+                     grad_inputs, grad_outputs) -> None:
         if not self.active:
             return
         # NOTE: no_grad: under create_graph=True the gradients themselves require grad,
@@ -224,8 +274,21 @@ class GradientRecorder:
         try:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 self._record(site, seq, kinds, zeroing, moves, grad_inputs, grad_outputs)
+                self._note_fresh(kinds, owners, grad_inputs)
         except Exception as exc:  # leaky's own failure must not stop the user's backward
             self.on_error(exc)
+
+    def _note_fresh(self, kinds: tuple, owners: tuple, grad_inputs) -> None:
+        """After _record: each parameter's single fresh gradient and its norm (see _fresh)."""
+        for kind, param, grad in zip(kinds, owners, grad_inputs):
+            if kind != 2 or param is None or grad is None:
+                continue
+            key = id(param)
+            if key in self._fresh or param.grad is not None:
+                self._fresh[key] = None   # a second gradient, or one added to an existing .grad
+                continue
+            entry = self._sent.get(id(grad))
+            self._fresh[key] = (entry[2], grad.dtype) if entry is not None and entry[0]() is grad else None
 
     def known_norm(self, grad: Tensor) -> Tensor | None:
         """The norm already taken of this very gradient, unchanged, in this step's backward:
