@@ -107,12 +107,31 @@ def test_nothing_left_after_a_normal_exit():
     assert no_leaky_left() == []
 
 
+def _parameter_hooks(model) -> list[str]:
+    return [name for name, p in model.named_parameters() if getattr(p, "_post_accumulate_grad_hooks", None)]
+
+
 def test_nothing_left_when_the_training_raises():
     model = MLP()
     with pytest.raises(RuntimeError, match="boom"):
         with leaky.audit():
             train(model, 1)
             raise RuntimeError("boom")
+    assert no_leaky_left() == []
+    assert _parameter_hooks(model) == []
+
+
+def test_no_parameter_hook_left_by_a_watch_or_between_its_samples(tmp_path):
+    """Hooks on parameters (after gradient accumulation) are on only through sampled steps."""
+    model = MLP()
+    with leaky.watch(every=3, store=tmp_path / "runs.db") as run:
+        train(model, 1)                       # step 0: sampled; step 1 is not
+        assert run.recorder.step == 1 and _parameter_hooks(model) == []
+    model = MLP()
+    with leaky.watch(every=1, store=tmp_path / "runs.db") as run:
+        train(model, 1)                       # every step sampled: they stay on
+        assert _parameter_hooks(model) != []
+    assert _parameter_hooks(model) == []
     assert no_leaky_left() == []
 
 

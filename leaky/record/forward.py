@@ -132,12 +132,14 @@ class ForwardProbes:
         self.inputs: dict[int, InputProbe] = {}
         self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
 
-    def observe(self, op: str, site: int, args: tuple, kwargs: dict) -> None:
+    def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True) -> None:
+        """`averages`: also fold the input's per-feature mean and spread (a watch does it at
+        most once every RATE_GAP steps); a loss's extremes are taken at every call."""
         if op in LOSSES:
             self._loss(op, site, args, kwargs)
         kind = _LAYERS.get(op)
         if kind is not None and len(args) > 1 and isinstance(args[1], nn.Parameter):
-            self._layer(kind, site, args, kwargs)
+            self._layer(kind, site, args, kwargs, averages)
 
     def loss_failed(self, op: str, site_hint: int | None, args: tuple, kwargs: dict, exc: Exception) -> None:
         if not args or not isinstance(args[0], Tensor):
@@ -168,12 +170,12 @@ class ForwardProbes:
         target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
         probe.update(args[0], target if isinstance(target, Tensor) else None)
 
-    def _layer(self, kind: str, site: int, args: tuple, kwargs: dict) -> None:
+    def _layer(self, kind: str, site: int, args: tuple, kwargs: dict, averages: bool = True) -> None:
         x, weight = args[0], args[1]
         bias = args[2] if len(args) > 2 and isinstance(args[2], Tensor) else kwargs.get("bias")
         if id(weight) not in self.weights:
             self.weights[id(weight)] = (site, WeightProbe.of(kind, weight, bias))
-        if isinstance(x, Tensor) and x.is_floating_point() and not x.requires_grad and x.ndim >= 1:
+        if averages and isinstance(x, Tensor) and x.is_floating_point() and not x.requires_grad and x.ndim >= 1:
             dim = 1 if kind == "conv" and x.ndim >= 3 else x.ndim - 1
             probe = self.inputs.get(site)
             if probe is None:

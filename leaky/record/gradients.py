@@ -218,6 +218,7 @@ class GradientRecorder:
         # version checked when it is read). id(param) -> (norm, dtype), None after a second.
         self._fresh: dict[int, tuple | None] = {}
         self._accumulated: dict[int, object] = {}   # id(param) -> its post-accumulate hook handle
+        self._distributed: bool | None = None      # torch.distributed running: looked up once a step
 
     def watch(self, node, site: int) -> None:
         kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
@@ -227,10 +228,13 @@ class GradientRecorder:
         self.handles.append(node.register_hook(hook))
 
     def _owner(self, fn):
-        """The parameter whose .grad will equal what this slot sends, with a hook after its
-        accumulation (None: its .grad is normed on its own)."""
+        """The parameter whose .grad will equal what this slot sends (itself, or through a
+        transpose or a view), with a hook after its accumulation (None: its .grad is normed
+        on its own). The hooks stay on while steps are sampled."""
         param = _param_at(fn)
-        if param is None or distributed.is_dtensor(param) or distributed.running():
+        if self._distributed is None:
+            self._distributed = distributed.running()
+        if param is None or distributed.is_dtensor(param) or self._distributed:
             return None   # DDP and FSDP rewrite .grad after the accumulation
         if id(param) not in self._accumulated:
             self._accumulated[id(param)] = param.register_post_accumulate_grad_hook(self._on_accumulated)
@@ -253,10 +257,15 @@ class GradientRecorder:
         self._forget_params()
 
     def forget_handles(self) -> None:
-        """Graphs of finished steps are gone; their handles need no removal (the hooks on
-        parameters do)."""
+        """Graphs of finished steps are gone; their handles need no removal. The hooks on
+        parameters stay while steps are sampled (see pause)."""
         self.handles.clear()
         self._sent.clear()
+        self._fresh.clear()
+        self._distributed = None
+
+    def pause(self) -> None:
+        """The next step is not sampled: no hook of ours may run in it."""
         self._forget_params()
 
     def _forget_params(self) -> None:

@@ -228,7 +228,7 @@ class Recorder(StepTracking):
         out = outputs[0]
         if out.is_floating_point() and op not in _SELECTS:
             self._check_finite(op, first_site, args, kwargs, outputs)
-        self.probes.observe(op, first_site, args, kwargs)
+        self.probes.observe(op, first_site, args, kwargs, self._count_rates())
         activation = ACTIVATIONS.get(op)
         if activation is not None and out.is_floating_point():
             self._update_units(first_site, activation, out, detail, args)
@@ -344,8 +344,9 @@ class Recorder(StepTracking):
         stats.update(out, self.step, self._count_rates())
 
     def _count_rates(self) -> bool:
-        """Whether this step counts fire rates and flat samples (see RATE_GAP): always in an
-        audit and a watch's first audited steps, then at most once every RATE_GAP steps."""
+        """Whether this step counts fire rates, flat samples and input averages (see
+        RATE_GAP): always in an audit and a watch's first audited steps, then at most once
+        every RATE_GAP steps."""
         if self.sample_every is None or self.step < self.dense_steps:
             return True
         last = self._rates_counted_at

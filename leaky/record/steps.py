@@ -192,6 +192,7 @@ class StepTracking:
             self._resume_mode()
         else:
             self._suspend_mode()
+            self.grads.pause()
 
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:
