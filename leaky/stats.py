@@ -40,7 +40,7 @@ class OpStats:
     grad_param: float | None     # ... leaving toward parameters
     gain: float | None           # geometric mean of grad_out / grad_in
     zeroed_share: float | None   # share of arriving nonzero elements this op zeroed
-    nonzero_in: float            # arriving nonzero elements, summed over steps
+    nonzero_in: float            # arriving nonzero elements, summed over the steps counted (see RATE_GAP)
     profile: tuple[float, ...] | None   # last step: arriving norm per occurrence, in forward order
     detail: dict[str, Any] = field(default_factory=dict)
     out_rms: float | None = None         # first clean step: root-mean-square of its forward output

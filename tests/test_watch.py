@@ -261,25 +261,28 @@ def _one_firing(steps: int, fires_at: int, ctx):
             loss.backward()
             opt.step()
     (units,) = run.recorder.units.values()
-    return units, {probe.count for probe in run.recorder.probes.inputs.values()}
+    (relu,) = [op for op in run.stats.ops if op.op == "relu"]
+    return units, {probe.count for probe in run.recorder.probes.inputs.values()}, relu.nonzero_in
 
 
 def test_every_1_sees_a_unit_fire_at_any_step_and_counts_rates_every_10(tmp_path):
     """Whether a unit fired is taken at every sampled step (a unit that fires once, at a
-    step whose rates are not counted, is alive until then); how often it fires, and the
-    input's averages, are counted at most once every RATE_GAP steps in a watch, and at
+    step whose rates are not counted, is alive until then); how often it fires, the input's
+    averages and the share of gradient elements an op zeroes are counted at most once every RATE_GAP steps in a watch, and at
     every step in an audit."""
     from leaky.record.activations import RATE_GAP
 
-    units, inputs = _one_firing(30, 15, leaky.watch(every=1, store=tmp_path / "runs.db"))
+    units, inputs, arriving = _one_firing(30, 15, leaky.watch(every=1, store=tmp_path / "runs.db"))
     assert units.last_active.tolist() == [-1, 15, -1]
     assert units.samples == 30 * 8
     assert units.counted == len(range(0, 30, RATE_GAP)) * 8       # steps 0, 10, 20
     assert units.active.tolist() == [0, 0, 0]                      # step 15 fired but was not counted
     assert inputs == {3 * 8}                                       # the input averages too
+    assert arriving == 3 * 8 * 3                                   # and the zeroed share's counts
 
-    units, inputs = _one_firing(30, 15, leaky.audit(steps=None))
+    units, inputs, arriving = _one_firing(30, 15, leaky.audit(steps=None))
     assert units.last_active.tolist() == [-1, 15, -1]
     assert units.counted == units.samples == 30 * 8
     assert units.active.tolist() == [0, 8, 0]
     assert inputs == {30 * 8}
+    assert arriving == 30 * 8 * 3

@@ -97,7 +97,7 @@ def _finding(op: OpStats, kind: ZoneKind, share: float, severity) -> Finding:
         bounds = f" Bounds here: [{'-inf' if low is None else low}, {'inf' if high is None else high}]."
     elements = int(op.nonzero_in)
     message = (f"{op.op} sets the gradient of {pct(share)} of the {elements} elements that reach the loss "
-               f"(summed over steps) to exactly 0: {kind.derivative}.{bounds} Nothing upstream of these "
+               f"(summed over the steps counted) to exactly 0: {kind.derivative}.{bounds} Nothing upstream of these "
                f"elements learns from them.")
     evidence = {"zeroed_share": share, "elements_reaching_loss": elements, "node": op.node, **op.detail}
     return Finding("dead-zone", "LK106", severity, message, kind.fix, op.module, op.op, op.source, None,

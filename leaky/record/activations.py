@@ -19,9 +19,10 @@ HIST_LOW = -16.0  # log10 of the smallest local derivative share kept apart
 # a unit that fires once is never called dead). How often it fires, and how many samples
 # sit in a flat region, are shares: counting them needs a pass that writes a copy of the
 # map (1.5 ms a step on the benchmark CNN, a third of `watch --every 1`'s cost). A watch
-# counts them (and the raw input's per-feature mean and spread, record/forward.py) at most
-# once every RATE_GAP steps, the cadence at which its checks read them; an audit, and a
-# watch's first audited steps, count every call.
+# counts them (and the raw input's per-feature mean and spread, record/forward.py, and the
+# share of gradient elements an op zeroes, record/gradients.py) at most once every RATE_GAP
+# steps, the cadence at which its checks read them; an audit, and a watch's first audited
+# steps, count every call.
 RATE_GAP = 10
 
 

@@ -203,9 +203,10 @@ _SMALL_RANGE = (torch.float16, torch.bfloat16)
 class GradientRecorder:
     """Registers node hooks and writes what they see into a StepBuffer."""
 
-    def __init__(self, buffer: StepBuffer, on_error) -> None:
+    def __init__(self, buffer: StepBuffer, on_error, count_now=lambda: True) -> None:
         self.buffer = buffer
         self.on_error = on_error
+        self.count_now = count_now   # whether this step counts zeroed shares (see RATE_GAP)
         self.handles: list = []
         self.active = True
         # id(gradient) -> (weak reference, version, norm): the norm of a gradient one node
@@ -349,7 +350,8 @@ class GradientRecorder:
         # NOTE: only an elementwise node (one input gradient the same size as the one
         # arriving) can "set an element's gradient to zero"; for a matmul or a reduction
         # the element correspondence does not exist.
-        matched = [g for g in acts if g.numel() == numel_in] if zeroing and len(arriving) == 1 else []
+        matched = ([g for g in acts if g.numel() == numel_in] if zeroing and len(arriving) == 1 and self.count_now()
+                   else [])
         counted = bool(matched)
         if counted:
             values.append(_count_nonzero(arriving[0]))

@@ -87,7 +87,7 @@ class Recorder(StepTracking):
         self.locator = SourceLocator()
         self.origins = OriginWatch(self.locator, self.guarded, self._note_zero_grad)
         self.buffer = StepBuffer()
-        self.grads = GradientRecorder(self.buffer, self.fail)
+        self.grads = GradientRecorder(self.buffer, self.fail, self._count_rates)
         self.error: str | None = None       # leaky's own failure, if one happened
         self.unauditable: str | None = None  # why the run has nothing to measure, if so
         self.builder = StatsBuilder(self.sites, self.modules, config)
@@ -344,9 +344,9 @@ class Recorder(StepTracking):
         stats.update(out, self.step, self._count_rates())
 
     def _count_rates(self) -> bool:
-        """Whether this step counts fire rates, flat samples and input averages (see
-        RATE_GAP): always in an audit and a watch's first audited steps, then at most once
-        every RATE_GAP steps."""
+        """Whether this step counts fire rates, flat samples, input averages and the share
+        of gradient elements each op zeroes (see RATE_GAP): always in an audit and a watch's
+        first audited steps, then at most once every RATE_GAP steps."""
         if self.sample_every is None or self.step < self.dense_steps:
             return True
         last = self._rates_counted_at
