@@ -58,6 +58,6 @@ print(f"x / x.norm(): step-0 loss {loss_b:.4f} (finite); first call: {nonfinite_
 print(f"F.normalize (eps=1e-12): first NaN gradient at step {nan_f}; val acc {acc_f:.3f}")
 ok_symptom = nonfinite_in == 0 and zero_rows > 0 and nonfinite > 0 and nan_b == 0
 ok_fix = nan_f is None and acc_f > 0.9
-print(("PASS" if ok_symptom else "FAIL") + f": l2_normalize gets finite inputs with zero-norm (padded) rows and is the first op to output NaN; the first backward pass already has NaN gradients")
+print(("PASS" if ok_symptom else "FAIL") + ": l2_normalize gets finite inputs with zero-norm (padded) rows and is the first op to output NaN; the first backward pass already has NaN gradients")
 print(("PASS" if ok_fix else "FAIL") + f": with F.normalize no NaN appears in {train.STEPS} steps and the classifier learns (val acc {acc_f:.3f})")
 sys.exit(0 if ok_symptom and ok_fix else 1)
