@@ -172,3 +172,15 @@ def test_a_layer_norm_of_a_constant_row_without_eps_is_found():
             opt.step()
     event = _forward_event(audit)
     assert event is not None and event.step == 2 and event.op.op == "layer_norm"
+
+
+def test_a_clamp_whose_bound_is_a_nan_keyword_tensor_is_checked():
+    """A bound passed by keyword is an input too: clamp(x, min=bound) with a NaN bound made
+    outside any recorded op is the origin, although x itself was checked."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3)
+    bound = torch.tensor([0.0, math.nan, 0.0])
+    with leaky.audit(steps=None) as audit:
+        torch.clamp(lin(torch.randn(4, 3)), min=bound).sum().backward()
+    event = _forward_event(audit)
+    assert event is not None and event.op.op == "clamp"

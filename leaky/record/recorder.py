@@ -245,7 +245,7 @@ class Recorder(StepTracking):
         activations would read as non-finite); after it, the sum (half the time of a norm;
         in float32 it overflows only when the values sum past 3e38).
         """
-        if op in _FINITE_PRESERVING and self._inputs_checked(args):
+        if op in _FINITE_PRESERVING and self._inputs_checked((*args, *kwargs.values())):
             self._note_checked(outputs)
             return
         out = outputs[0].detach()
