@@ -15,6 +15,7 @@ from typing import Callable
 
 from leaky.checks import run_all
 from leaky.config import AuditConfig
+from leaky.notes import run_notes
 from leaky.record.recorder import Recorder
 from leaky.report import Report, build_report
 from leaky.stats import AuditStats
@@ -71,7 +72,7 @@ class Audit:
         for name in self._recorder.modules.compiled:
             notes.append(f"{name} is torch.compile'd: under observation PyTorch runs it op by op where it can, "
                          "so per-op statistics are eager-mode ones; parameter and step statistics are exact.")
-        return notes
+        return notes + run_notes(self.stats)
 
     @property
     def findings(self):

@@ -60,6 +60,10 @@ class AuditConfig:
     loss_min_steps: int = 20
     loss_flat_share: float = 0.01     # less than 1% lower at the end: flat
     loss_rise_factor: float = 1.5     # 50% higher at the end: diverging
+    # LK204: a flat loss is "stuck" (a warning without another leak to explain it) when, at
+    # first order, the observed steps could not lower it by this share of the drop that counts
+    # as learning: |ΔL| per step <= Σ ||g||·||Δw|| (Cauchy-Schwarz), whatever the weights' scale.
+    loss_stuck_share: float = 0.1
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
     # Raise leaky's own internal errors instead of warning and observing no further.

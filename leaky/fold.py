@@ -17,7 +17,7 @@ from leaky.fold_origins import cast_stats_of, optimizer_stats_of
 from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
 from leaky.record.gradients import HostStep
 from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
-                         OpStats, ParamStats, WeightStats, _source)
+                         OpStats, ParamStats, SeriesRow, WeightStats, _source)
 
 
 SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
@@ -101,7 +101,7 @@ class StatsBuilder:
         self.steps = 0
         self.acc: dict[int, _SiteAcc] = defaultdict(_SiteAcc)
         # every step (sampled or not): (step, loss, total grad norm, learning rate)
-        self.series: deque[tuple[int, float | None, float | None, float | None]] = deque(maxlen=SERIES_LIMIT)
+        self.series: deque[SeriesRow] = deque(maxlen=SERIES_LIMIT)
         self.sample_steps: deque[int] = deque(maxlen=SERIES_LIMIT)   # steps observed in detail
         self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))  # param -> (step, ratio, grad)
         self.zero_weight_step: dict[int, int] = {}   # param -> last step it was exactly 0
@@ -166,7 +166,7 @@ class StatsBuilder:
 
     # -- per step ----------------------------------------------------------------------
     def add_series(self, rows) -> None:
-        self.series.extend(rows)
+        self.series.extend(SeriesRow(*row) for row in rows)
 
     def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int], updates=None) -> None:
         self.steps += 1
@@ -215,7 +215,8 @@ class StatsBuilder:
             # nothing for the few steps after.
             young = step - self.zero_weight_step.get(pid, -ZERO_WARMUP) < ZERO_WARMUP
             ratio = float(update / weight) if weight > 0 and not young else None
-            self.updates[pid].append((step, ratio, pid in graded, float(update)))
+            grad = self.param_last_norm.get(pid) if pid in graded else None
+            self.updates[pid].append((step, ratio, pid in graded, float(update), grad))
 
     def _first_rms(self, host: HostStep) -> None:
         for site, norm, numel in zip(host.forward_sites, host.forward_finite, host.forward_numel):
@@ -305,7 +306,8 @@ class StatsBuilder:
     # -- the end -----------------------------------------------------------------------
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
               backward_calls: int, probes, function_checks: dict, idle_optimizer: bool = False,
-              init_sites: dict | None = None, origins=None, idle_at: tuple | None = None) -> AuditStats:
+              init_sites: dict | None = None, origins=None, idle_at: tuple | None = None,
+              coupled=frozenset(), syncs=()) -> AuditStats:
         from leaky.record.recurrence import RadiusCache, find_recurrences  # local: imports stats
 
         self.origins = origins
@@ -328,9 +330,9 @@ class StatsBuilder:
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         ran = frozenset(op.module for op in ops if op.module is not None)
         losses_seen, inputs, weights = self._probe_stats(probes, init_sites or {})
-        series = tuple(sorted(self.series))
-        losses = [loss for _, loss, _, _ in series if loss is not None]
-        grad_norms = [norm for _, _, norm, _ in series if norm is not None]
+        series = tuple(sorted(self.series, key=lambda row: row.step))
+        losses = [row.loss for row in series if row.loss is not None]
+        grad_norms = [row.grad_norm for row in series if row.grad_norm is not None]
         scaler = _loss_scaler() if any(op.underflow_share is not None for op in ops) else None
         return AuditStats(self.steps, backward_calls, bool(optimizers), ops, activations, params,
                           recurrences, nonfinite, cut_list, tuple(losses), tuple(grad_norms),
@@ -338,7 +340,7 @@ class StatsBuilder:
                           tuple(self._function_stats(function_checks)), scaler, series, tuple(self.sample_steps),
                           dict(self.carried_steps), dict(self.carry_checked), self._optimizer_modules(optimizers),
                           idle_optimizer, optimizer_stats, cast_stats_of(origins) if origins is not None else (),
-                          _source(idle_at))
+                          _source(idle_at), frozenset(coupled), tuple(syncs))
 
     def _optimizer_modules(self, optimizers: list) -> dict[int, list[str]]:
         """For each optimizer (index), the modules whose parameters it holds."""
@@ -485,8 +487,11 @@ class StatsBuilder:
         module = self.modules.name(key) if key is not None else None
         full = f"{module}.{pname}" if module else pname
         updates = list(self.updates.get(pid, ()))
-        ratios = [r for _, r, graded, _ in updates if r is not None and graded]
-        graded_steps = [u for _, _, graded, u in updates if graded]
+        ratios = [r for _, r, graded, _, _ in updates if r is not None and graded]
+        graded_steps = [u for _, _, graded, u, _ in updates if graded]
+        # NOTE: |ΔL| <= ||g|| * ||Δw|| at first order (Cauchy-Schwarz): the most one step of
+        # this parameter can change the loss.
+        bounds = [u * g for _, _, graded, u, g in updates if graded and g is not None and math.isfinite(u * g)]
         optimizer, group = self.param_group.get(pid, (None, None))
         where, order = self.origins.params.get(pid, (None, None)) if self.origins is not None else (None, None)
         first = self._first_optimizer_order
@@ -494,8 +499,9 @@ class StatsBuilder:
                           pid in self.opt_params, self.param_grad_steps.get(pid, 0),
                           self.param_last_norm.get(pid),
                           float(np.median(ratios)) if ratios else None, max(ratios) if ratios else None,
-                          tuple((step, r) for step, r, graded, _ in updates if r is not None and graded),
+                          tuple((step, r) for step, r, graded, _, _ in updates if r is not None and graded),
                           sum(1 for u in graded_steps if u == 0), len(graded_steps), optimizer, group,
-                          _source(where), order is not None and first is not None and order > first)
+                          _source(where), order is not None and first is not None and order > first,
+                          float(np.median(bounds)) if bounds else None)
 
 

@@ -19,7 +19,7 @@ def optimizer_stats_of(origins, optimizers: list) -> tuple[OptimizerStats, ...]:
         lr_range = tuple(origin.lr_range.get(g) for g in range(len(optimizer.param_groups)))
         result.append(OptimizerStats(index, origin.kind, _source(origin.where), _source(origin.step_at), zeroing,
                                      origin.cleared_steps, _source(origin.cleared_at), origin.lrs, lr_range,
-                                     scheduler))
+                                     scheduler, origin.closure_calls))
     return tuple(result)
 
 

@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from leaky.finding import Source
+
+
+class SeriesRow(NamedTuple):
+    """One optimizer step (a backward call when no optimizer runs), on every step."""
+
+    step: int
+    loss: float | None           # the sum of the losses backward() was called on since the last step:
+                                 # the objective whose gradient this step applied
+    grad_norm: float | None      # total gradient norm of the stepping optimizer's parameters
+    lr: float | None             # its first param group's learning rate
+    optimizer: int | None = None  # index into AuditStats.optimizers of the optimizer that stepped
 
 
 @dataclass
@@ -89,6 +100,8 @@ class ParamStats:
     group: int | None = None      # ... and its param group there
     source: Source | None = None  # where it was created (its module's construction, normally)
     created_after_optimizer: bool = False   # created after the first optimizer was built
+    loss_change_bound: float | None = None  # median over sampled steps of ||g|| * ||Δw||: at first
+                                            # order, the most one step of this parameter changes the loss
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,7 @@ class OptimizerStats:
     initial_lrs: tuple[float | None, ...]   # per param group, as constructed
     lr_range: tuple[tuple[float, float] | None, ...]   # per param group: lowest and highest lr, sampled steps
     scheduler: SchedulerStats | None = None
+    closure_calls: int = 0        # the most closure evaluations in one step(closure): >1 is a line search (LBFGS)
 
 
 @dataclass(frozen=True)
@@ -242,7 +256,7 @@ class AuditStats:
     weights: tuple[WeightStats, ...] = ()
     functions: tuple[FunctionStats, ...] = ()
     loss_scaler: dict | None = None   # a live, enabled GradScaler: {"scale": float}; None if none
-    series: tuple[tuple[int, float | None, float | None, float | None], ...] = ()  # (step, loss, grad norm, lr)
+    series: tuple[SeriesRow, ...] = ()   # every step, in order
     sample_steps: tuple[int, ...] = ()   # the steps observed in detail
     carried_steps: dict[int, int] = field(default_factory=dict)   # per optimizer: steps that kept old grads
     carry_checked: dict[int, int] = field(default_factory=dict)   # per optimizer: steps checked
@@ -251,6 +265,10 @@ class AuditStats:
     optimizers: tuple[OptimizerStats, ...] = ()   # the optimizers that stepped, in order of their first step
     casts: tuple[CastStats, ...] = ()
     idle_source: Source | None = None   # idle optimizer: a bare `optimizer.step` statement, or the backward() call
+    # (A, B): the loss optimizer A stepped on sent gradient into parameters optimizer B trains
+    coupled_optimizers: frozenset = frozenset()
+    # steps whose loss was the first after weights outside every optimizer changed (a synced target network)
+    target_syncs: tuple[int, ...] = ()
 
     @classmethod
     def empty(cls) -> "AuditStats":

@@ -106,7 +106,7 @@ class Watch(Audit):
     def _store_series(self, rows) -> None:
         if self.store is not None:
             self.store.add_steps(self.run_id, [(step, _finite(loss), _finite(norm), _bad(loss, norm))
-                                               for step, loss, norm, _ in rows])
+                                               for step, loss, norm, *_ in rows])
 
     def _after_step(self, recorder: Recorder) -> None:
         if self.user_on_step is not None:

@@ -48,7 +48,7 @@ def test_the_loss_under_a_grad_scaler_is_recorded_unscaled():
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
-    recorded = [loss for _, loss, _, _ in audit.stats.series]
+    recorded = [row.loss for row in audit.stats.series]
     assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(plain, recorded))
 
 

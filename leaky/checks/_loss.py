@@ -1,12 +1,65 @@
-"""The loss curve's shape, shared by LK204 and LK205: start and end levels, robust to
-minibatch noise (the means of the first and last tenth of the observed steps)."""
+"""The loss curves that LK204 and LK205 judge: one per objective, its start and end levels.
+
+A loss series belongs to the optimizer whose step it feeds: each step's loss is the sum of
+the losses backward() was called on since the previous step, and the step applies the
+gradient of that sum. A GAN's discriminator and generator losses are two series, never
+one interleaved curve. Three kinds of objective are judged differently:
+
+- a plain objective: the whole series, start against end (the means of the first and
+  last tenth, so minibatch noise averages out);
+- competing objectives (adversarial training, actor and critic): one optimizer's loss
+  sends gradient into the parameters that another optimizer trains on a loss of its own.
+  Each player's loss may rise while the other's falls, so only an overflow is judged;
+- a moving target: weights outside every optimizer change during training (a DQN target
+  network synced from the trained one, an EMA teacher), so the loss is measured against a
+  target that moves. After each sync, and after the learning rate jumps up (a warm
+  restart), the loss is expected to jump: the curve is judged within the periods between
+  those resets. When they come every few steps (a soft update every step) no period is
+  long enough, and only an overflow is judged.
+"""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
+from leaky.checks._util import line_of
 from leaky.finding import Finding
 from leaky.stats import AuditStats
+
+MIN_PERIOD = 8        # steps between resets for a period to be judged on its own
+_LR_RESTART = 2.0     # the learning rate rising this many times from one step to the next: a restart
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The loss series of one optimizer (None: a run without an optimizer step)."""
+
+    optimizer: int | None
+    rows: tuple[tuple[int, float], ...]     # (step, loss)
+    competing: tuple[int, ...] = ()         # optimizers it plays against
+    resets: tuple[int, ...] = ()            # steps after which the target or the lr jumped
+    moving_target: bool = False             # weights outside every optimizer changed in training
+
+    def periods(self) -> list[list[tuple[int, float]]]:
+        """The series cut at each reset (one period when there is none)."""
+        periods, current, bounds = [], [], iter(sorted(set(self.resets)) + [math.inf])
+        bound = next(bounds)
+        for step, loss in self.rows:
+            while step >= bound:
+                if current:
+                    periods.append(current)
+                current, bound = [], next(bounds)
+            current.append((step, loss))
+        if current:
+            periods.append(current)
+        return periods
+
+    def resets_too_frequent(self) -> bool:
+        """Resets every few steps (a soft target update each step): no period to judge."""
+        cuts = sorted(set(self.resets))
+        gaps = [b - a for a, b in zip(cuts, cuts[1:])]
+        return not gaps or statistics.median(gaps) < MIN_PERIOD
 
 
 @dataclass(frozen=True)
@@ -19,8 +72,29 @@ class LossCurve:
     nonfinite_step: int | None
 
 
-def loss_curve(stats: AuditStats, min_steps: int) -> LossCurve | None:
-    rows = [(step, loss) for step, loss, _, _ in stats.series if loss is not None]
+def objectives(stats: AuditStats) -> list[Objective]:
+    """One objective per optimizer that stepped on losses of its own, in optimizer order."""
+    by_optimizer: dict[int | None, list[tuple[int, float]]] = {}
+    for row in stats.series:
+        if row.loss is not None:
+            by_optimizer.setdefault(row.optimizer, []).append((row.step, row.loss))
+    own = set(by_optimizer)
+    result = []
+    for index, rows in by_optimizer.items():
+        rivals = tuple(sorted(j for i, j in stats.coupled_optimizers if i == index and j in own and j != index)
+                       + sorted(i for i, j in stats.coupled_optimizers if j == index and i in own and i != index))
+        resets = tuple(sorted(set(stats.target_syncs) | set(_lr_restarts(stats, index))))
+        result.append(Objective(index, tuple(rows), tuple(dict.fromkeys(rivals)), resets, bool(stats.target_syncs)))
+    return sorted(result, key=lambda o: -1 if o.optimizer is None else o.optimizer)
+
+
+def _lr_restarts(stats: AuditStats, index: int | None) -> list[int]:
+    rows = [row for row in stats.series if row.optimizer == index and row.lr]
+    return [b.step for a, b in zip(rows, rows[1:]) if b.lr > _LR_RESTART * a.lr]
+
+
+def curve_of(rows, min_steps: int) -> LossCurve | None:
+    rows = list(rows)
     bad = next((step for step, loss in rows if not math.isfinite(loss)), None)
     finite = [(step, loss) for step, loss in rows if math.isfinite(loss)]
     if len(finite) < min_steps and bad is None:
@@ -34,13 +108,30 @@ def loss_curve(stats: AuditStats, min_steps: int) -> LossCurve | None:
     return LossCurve(len(rows), start, end, finite[0][0], finite[-1][0], bad)
 
 
-def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: str) -> list[Finding]:
+def loss_curve(stats: AuditStats, min_steps: int) -> LossCurve | None:
+    """The curve of the whole series, every optimizer together (for views and tests)."""
+    return curve_of([(row.step, row.loss) for row in stats.series if row.loss is not None], min_steps)
+
+
+def whose(stats: AuditStats, objective: Objective) -> str:
+    """'' for a run with one objective; else the optimizer it belongs to, in words."""
+    if objective.optimizer is None or len({row.optimizer for row in stats.series if row.loss is not None}) < 2:
+        return ""
+    if objective.optimizer >= len(stats.optimizers):
+        return f" of optimizer {objective.optimizer}"
+    optimizer = stats.optimizers[objective.optimizer]
+    built = f", built at {line_of(optimizer.source)}" if optimizer.source else ""
+    return f" of optimizer {objective.optimizer} ({optimizer.kind}{built})"
+
+
+def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: str | None) -> list[Finding]:
     """The findings among `codes` that can explain the loss, most severe first, then in the
     order of `codes` (root causes before their consequences). An update-ratio finding counts
-    only in the given direction: a too-high rate explains a rising loss, a too-low one a
-    flat loss."""
+    only in the given direction (None: either): a too-high rate explains a rising loss, a
+    too-low one a flat loss, and either a loss that hovers."""
     def fits(f: Finding) -> bool:
-        return f.code in codes and (f.code != "LK202" or f.evidence.get("direction") == update_direction)
+        return f.code in codes and (f.code != "LK202" or update_direction is None
+                                    or f.evidence.get("direction") == update_direction)
     return sorted((f for f in findings if fits(f)), key=lambda f: (-f.severity.rank, codes.index(f.code)))
 
 

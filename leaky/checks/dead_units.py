@@ -25,7 +25,7 @@ def _just_before(stats: AuditStats, death: int) -> str:
     """What happened on the step before most units died: Karpathy's 'knocked off by a large
     update' is a gradient spike, a large update, or a learning-rate step."""
     before = death - 1
-    rows = {step: (norm, lr) for step, _, norm, lr in stats.series}
+    rows = {row.step: (row.grad_norm, row.lr) for row in stats.series}
     events = []
     norms = [n for s, (n, _) in rows.items() if n is not None and s < before]
     if before in rows and rows[before][0] is not None and norms:

@@ -4,6 +4,11 @@ Gradient descent on a quadratic with curvature h is stable only for lr < 2/h: be
 each step overshoots and the error grows by |1 - lr*h| per step, which shows first as a
 growing oscillation, then a rise, then inf/NaN. The finding names what drives it when one
 was found: a large update ratio, an exploding gradient, or the non-finite origin.
+
+Each optimizer's loss is judged on its own (checks/_loss.py). An overflow is always an
+error. A rise or a growing oscillation is judged only where the objective holds still:
+not for players of an adversarial game, whose losses trade off, and, under a moving target
+(a synced target network), only within the periods between syncs.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import math
 import statistics
 
 from leaky.checks import register
-from leaky.checks._loss import cause_text, causes, loss_curve
+from leaky.checks._loss import Objective, cause_text, causes, curve_of, objectives, whose
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -21,45 +26,88 @@ from leaky.stats import AuditStats
 # the mechanism of the divergence: the growing gradient (LK104) and the overflow where the
 # first NaN appears (LK107) follow from it, so its line (the learning rate) goes first.
 _EXPLAINS = ("LK202", "LK107", "LK104", "LK105", "LK203")
-_GROWTH = 4.0     # oscillation: the spread of the last quarter over the first
+_GROWTH = 4.0      # oscillation: the relative swings of the last quarter over the first
 _MIN_SWING = 0.01  # ... and the last quarter's swings must be at least 1% of the loss
+_MIN_PERIODS = 3   # periods between resets needed to call a rise within them typical
 
 
 @register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    curve = loss_curve(stats, config.loss_min_steps)
-    if curve is None:
-        return []
     found = causes(findings, _EXPLAINS, update_direction="high")
-    if curve.nonfinite_step is not None:
-        message = f"the loss became non-finite at step {curve.nonfinite_step}.{cause_text(found)}"
-        return [_finding(Severity.ERROR, message, found, curve.nonfinite_step,
-                         {"nonfinite_step": curve.nonfinite_step})]
-    if curve.steps < config.loss_min_steps or not math.isfinite(curve.start):
-        return []
-    if curve.start > 0 and curve.end > curve.start * config.loss_rise_factor:
-        message = (f"the loss rose from {num(curve.start)} to {num(curve.end)} over {curve.steps} steps "
-                   f"({num(curve.end / curve.start)}×).{cause_text(found)}")
-        return [_finding(Severity.WARNING, message, found, curve.last_step,
-                         {"loss_start": curve.start, "loss_end": curve.end})]
-    growth = _oscillation(stats)
-    if growth is not None and growth >= _GROWTH and curve.end >= curve.start:
-        message = (f"the loss oscillates with growing amplitude: its step-to-step swings in the last quarter "
-                   f"are {num(growth)}× those of the first.{cause_text(found)}")
-        return [_finding(Severity.WARNING, message, found, curve.last_step, {"swing_growth": growth})]
-    return []
+    result = []
+    for objective in objectives(stats):
+        finding = _judge(stats, objective, config, found)
+        if finding is not None:
+            result.append(finding)
+    return result
 
 
-def _oscillation(stats: AuditStats) -> float | None:
-    losses = [loss for _, loss, _, _ in stats.series if loss is not None and math.isfinite(loss)]
-    if len(losses) < 16:
+def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: list[Finding]) -> Finding | None:
+    curve = curve_of(objective.rows, config.loss_min_steps)
+    if curve is None:
         return None
-    swings = [abs(b - a) for a, b in zip(losses, losses[1:])]
+    of = whose(stats, objective)
+    if curve.nonfinite_step is not None:
+        message = f"the loss{of} became non-finite at step {curve.nonfinite_step}.{cause_text(found)}"
+        return _finding(Severity.ERROR, message, found, curve.nonfinite_step,
+                        {"nonfinite_step": curve.nonfinite_step, "optimizer": objective.optimizer})
+    if objective.competing or curve.steps < config.loss_min_steps or not math.isfinite(curve.start):
+        return None
+    if objective.moving_target:
+        if objective.resets_too_frequent():
+            return None
+        return _rise_within_periods(objective, objective.periods(), config, found, of)
+    if curve.start > 0 and curve.end > curve.start * config.loss_rise_factor:
+        message = (f"the loss{of} rose from {num(curve.start)} to {num(curve.end)} over {curve.steps} steps "
+                   f"({num(curve.end / curve.start)}×).{cause_text(found)}")
+        return _finding(Severity.WARNING, message, found, curve.last_step,
+                        {"loss_start": curve.start, "loss_end": curve.end, "optimizer": objective.optimizer})
+    growth = _oscillation(objective.periods())
+    if growth is not None and growth >= _GROWTH and curve.end >= curve.start:
+        message = (f"the loss{of} oscillates with growing amplitude: its step-to-step swings in the last quarter "
+                   f"are {num(growth)}× those of the first, relative to the loss.{cause_text(found)}")
+        return _finding(Severity.WARNING, message, found, curve.last_step,
+                        {"swing_growth": growth, "optimizer": objective.optimizer})
+    return None
+
+
+def _rise_within_periods(objective: Objective, periods, config: AuditConfig, found, of: str) -> Finding | None:
+    """Under a moving target: does the loss rise between resets, where the target holds still?"""
+    rises = []
+    for period in periods:
+        losses = [loss for _, loss in period if math.isfinite(loss)]
+        if len(losses) < 6:
+            continue
+        third = len(losses) // 3
+        start, end = statistics.mean(losses[:third]), statistics.mean(losses[-third:])
+        if start > 0:
+            rises.append(end / start)
+    if len(rises) < _MIN_PERIODS or statistics.median(rises) <= config.loss_rise_factor:
+        return None
+    typical = statistics.median(rises)
+    message = (f"the loss{of} rises within the periods between resets of its target (a target network "
+               f"synced, or the learning rate restarted): a median {num(typical)}× from the start of a period "
+               f"to its end, over {len(rises)} periods.{cause_text(found)}")
+    return _finding(Severity.WARNING, message, found, objective.rows[-1][0],
+                    {"rise_within_periods": typical, "periods": len(rises), "optimizer": objective.optimizer})
+
+
+def _oscillation(periods: list[list[tuple[int, float]]]) -> float | None:
+    """Growth of the step-to-step swings relative to the loss's level, last quarter over
+    first; swings across a reset (a learning-rate restart) are left out.
+
+    NOTE: relative, so that a loss whose scale grows (values bootstrapped from a growing
+    value function, say) is not read as an oscillation: its swings grow with it."""
+    swings = []
+    for period in periods:
+        losses = [loss for _, loss in period if math.isfinite(loss)]
+        swings.extend(abs(b - a) / max((abs(a) + abs(b)) / 2, 1e-30) for a, b in zip(losses, losses[1:]))
+    if len(swings) < 15:
+        return None
     quarter = len(swings) // 4
     first, last = statistics.median(swings[:quarter]), statistics.median(swings[-quarter:])
-    level = statistics.mean(abs(v) for v in losses)
     # NOTE: growth of swings that stay within 1% of the loss is noise around a plateau.
-    if first <= 0 or last < _MIN_SWING * level:
+    if first <= 0 or last < _MIN_SWING:
         return None
     return last / first
 

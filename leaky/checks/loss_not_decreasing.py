@@ -1,21 +1,33 @@
-"""LK204 loss-not-decreasing: the loss stays flat over the observed steps.
+"""LK204 loss-not-decreasing: the loss stays flat, and something measured says it is stuck.
 
 Gradient descent lowers the loss by about lr * ||g||^2 per step for a small enough lr; a
-flat loss means the gradient that reaches the parameters is ~0 or never applied. So the
-finding names the leak that explains it when one was found: dead units, a dead zone, a
-vanishing gradient, stale parameters, a cut path, or a tiny update ratio. The first and
-last tenth of the observed losses are compared (means, so minibatch noise averages out).
+flat loss means the gradient that reaches the parameters is ~0 or never applied, or the
+steps are so small that the weights do not move. A flat stretch alone is not evidence: a
+model that learns slowly at a modest learning rate is flat over 20 steps too. So the
+finding is a warning only with evidence that something is stuck:
+
+- a leak that explains it: dead units, a dead zone, a vanishing gradient, stale
+  parameters, a cut path, an update ratio far from the band (in either direction: a too
+  high rate makes the loss hover as surely as a too low one keeps it still);
+- or updates too small to move the loss: at first order a step changes the loss by at most
+  Σ ||g||·||Δw|| over the optimizer's parameters (Cauchy-Schwarz), and over the observed
+  steps that bound stays below `loss_stuck_share` of the drop that counts as learning.
+
+Without either it is worth knowing (info), with the numbers, and no advice about the
+learning rate, whose direction nothing measured would support. Each optimizer's loss is
+judged on its own (checks/_loss.py); the players of an adversarial game are not judged.
 """
 from __future__ import annotations
 
 import math
 
 from leaky.checks import register
-from leaky.checks._loss import cause_text, causes, loss_curve
+from leaky.checks._loss import Objective, cause_text, causes, curve_of, objectives, whose
+from leaky.checks._optim import lr_origin
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
-from leaky.stats import AuditStats
+from leaky.stats import AuditStats, ParamStats
 
 _RISE = 0.1   # a loss more than 10% higher at the end is rising, not flat
 _EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
@@ -23,26 +35,70 @@ _EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK3
 
 @register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    curve = loss_curve(stats, config.loss_min_steps)
-    if curve is None or curve.nonfinite_step is not None or not math.isfinite(curve.start):
-        return []
+    result = []
+    for objective in objectives(stats):
+        finding = _judge(stats, objective, config, findings)
+        if finding is not None:
+            result.append(finding)
+    return result
+
+
+def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
+    curve = curve_of(objective.rows, config.loss_min_steps)
+    if curve is None or curve.nonfinite_step is not None or not math.isfinite(curve.start) or objective.competing:
+        return None
     if curve.steps < config.loss_min_steps or abs(curve.start) < 1e-8:
-        return []
+        return None
     drop = (curve.start - curve.end) / abs(curve.start)
     if drop >= config.loss_flat_share or drop < -_RISE:
-        return []   # learning, or rising (LK205's business)
-    found = causes(findings, _EXPLAINS, update_direction="low")
+        return None   # learning, or rising (LK205's business)
+    found = causes(findings, _EXPLAINS, update_direction=None)
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
-    message = (f"the loss went from {num(curve.start)} (mean of the first steps) to {num(curve.end)} (mean of "
-               f"the last) over {curve.steps} steps: {change}, short of the "
-               f"{100 * config.loss_flat_share:g}% drop that counts as learning.{cause_text(found)}")
-    fix = (found[0].fix if found else
-           "Check that the gradient reaches the parameters (leaky explain vanishing-gradient) and that the "
-           "optimizer applies it (learning rate, param groups); try a 10× larger learning rate.")
-    severity = Severity.ERROR if found and found[0].severity is Severity.ERROR else Severity.WARNING
+    flat = (f"the loss{whose(stats, objective)} went from {num(curve.start)} (mean of the first steps) to "
+            f"{num(curve.end)} (mean of the last) over {curve.steps} steps: {change}, short of the "
+            f"{100 * config.loss_flat_share:g}% drop that counts as learning.")
     evidence = {"loss_start": curve.start, "loss_end": curve.end, "relative_drop": drop, "steps": curve.steps,
-                "explained_by": [f.code for f in found]}
-    first = found[0] if found else None
-    return [Finding("loss-not-decreasing", "LK204", severity, message, fix,
-                    first.module if first else None, first.op if first else None,
-                    first.source if first else None, curve.last_step, evidence)]
+                "explained_by": [f.code for f in found], "optimizer": objective.optimizer}
+    if found:
+        severity = Severity.ERROR if found[0].severity is Severity.ERROR else Severity.WARNING
+        first = found[0]
+        return Finding("loss-not-decreasing", "LK204", severity, flat + cause_text(found), first.fix,
+                       first.module, first.op, first.source, curve.last_step, evidence)
+    bound = _change_bound(stats, objective)
+    if bound is not None:
+        evidence["loss_change_bound_per_step"] = bound
+        reach = bound * curve.steps
+        if reach < config.loss_stuck_share * config.loss_flat_share * abs(curve.start):
+            return _stuck(stats, objective, bound, flat, curve, evidence, config)
+    moved = (f" At first order its steps could change it by up to {num(bound)} each (Σ ||g||·||Δw||), so nothing "
+             "leaky measured is stuck: this may be a slow start.") if bound is not None else ""
+    fix = ("Observe more steps (--steps N) before judging a plateau; if it stays flat, check that the inputs "
+           "and labels carry the signal (shuffled labels, a constant input).")
+    return Finding("loss-not-decreasing", "LK204", Severity.INFO, flat + moved, fix, None, None, None,
+                   curve.last_step, evidence)
+
+
+def _stuck(stats: AuditStats, objective: Objective, bound: float, flat: str, curve, evidence,
+           config: AuditConfig) -> Finding:
+    """The updates are too small to move the loss: blame the weight that moves it most."""
+    param = max(_weights_of(stats, objective), key=lambda p: p.loss_change_bound or 0.0)
+    source, origin = lr_origin(stats, param, "low")
+    drop = config.loss_flat_share * abs(curve.start)
+    message = (f"{flat} The updates are too small to move it: at first order one step changes the loss by at most "
+               f"Σ ||g||·||Δw|| = {num(bound)}, {num(bound * curve.steps)} over the {curve.steps} steps, less than a "
+               f"tenth of the {num(drop)} drop that counts as learning ({param.name} moves it most).{origin}")
+    fix = "Raise the learning rate (×10 at a time) until ||Δw||/||w|| per step nears 1e-3."
+    return Finding("loss-not-decreasing", "LK204", Severity.WARNING, message, fix, param.module, None, source,
+                   curve.last_step, evidence)
+
+
+def _weights_of(stats: AuditStats, objective: Objective) -> list[ParamStats]:
+    return [p for p in stats.params if p.loss_change_bound is not None
+            and (objective.optimizer is None or p.optimizer == objective.optimizer)]
+
+
+def _change_bound(stats: AuditStats, objective: Objective) -> float | None:
+    """Σ over the optimizer's parameters of the median ||g||·||Δw||: at first order, the most
+    one step can change the loss (|ΔL| <= Σ ||g_p|| ||Δw_p||, by Cauchy-Schwarz)."""
+    bounds = [p.loss_change_bound for p in _weights_of(stats, objective)]
+    return sum(bounds) if bounds else None

@@ -8,16 +8,22 @@ effectively frozen: the learning rate is too low, or its gradients vanish. Only 
 (2 or more dims) are judged: biases often start at 0, where the ratio means nothing.
 The finding points at the line that set the rate: the optimizer's construction, or the
 scheduler that moved the rate there.
+
+The band assumes one step() is one update from one gradient, scaled by lr (leaky/optimizers.py).
+A quasi-Newton step (LBFGS: up to max_iter iterations with a line search per step(closure)),
+any step whose closure ran more than once, and Rprop's self-adapting step sizes are not:
+their parameters are not judged here, and the run's notes say so.
 """
 from __future__ import annotations
 
 import math
 
 from leaky.checks import register
-from leaky.checks._optim import lr_origin
+from leaky.checks._optim import lr_origin, optimizer_of
 from leaky.checks._util import num, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
+from leaky.optimizers import rule_of
 from leaky.stats import AuditStats, ParamStats
 
 _MIN_STEPS = 2
@@ -28,6 +34,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
     for param in stats.params:
         if len(param.shape) < 2 or param.update_ratio is None or len(param.update_ratios) < _MIN_STEPS:
+            continue
+        optimizer = optimizer_of(stats, param)
+        if optimizer is not None and not rule_of(optimizer).banded:
             continue
         severity = _high_severity(param, config)
         if severity is not None:

@@ -37,7 +37,7 @@ class TensorBoardSink:
             if param.update_ratios and len(param.shape) >= 2:
                 ratio_step, ratio = param.update_ratios[-1]
                 self.writer.add_scalar(f"leaky/update_ratio/{_tag(param.name)}", ratio, ratio_step)
-        for series_step, loss, norm, _ in stats.series[-1:]:
+        for series_step, loss, norm, *_ in stats.series[-1:]:
             if loss is not None and math.isfinite(loss):
                 self.writer.add_scalar("leaky/loss", loss, series_step)
             if norm is not None and math.isfinite(norm):

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from leaky.record import distributed
+from leaky.stats import SeriesRow
 
 
 class TensorBackwardPatch:
@@ -54,17 +55,30 @@ class StepMonitor:
 
     def __init__(self, batch: int = 64) -> None:
         self.batch = batch
-        self.pending: list[tuple[int, Tensor | None, Tensor | None, float | None]] = []
-        self.loss: Tensor | None = None   # the current step's loss (first backward)
+        self.pending: list[tuple[int, Tensor | None, Tensor | None, float | None, int | None]] = []
+        # The current step's loss: the sum of the scalars backward() was called on since the
+        # last step, or since the last zero_grad() if one came after them. NOTE: gradients
+        # accumulate, so the step applies the gradient of that sum (a GAN discriminator's
+        # real + fake losses; k micro-batches of accumulation); a closure that zeroes the
+        # gradients before each evaluation (LBFGS) leaves the last evaluation's loss.
+        self.loss: Tensor | None = None
+        self._zeroed = False
+
+    def note_zero_grad(self) -> None:
+        self._zeroed = True
 
     def note_loss(self, loss: Tensor) -> None:
-        if self.loss is None and loss.numel() == 1 and loss.is_floating_point() and not loss.is_meta:
+        if self._zeroed:
+            self.loss, self._zeroed = None, False
+        if loss.numel() == 1 and loss.is_floating_point() and not loss.is_meta:
             with torch._C.DisableTorchFunction(), torch.no_grad():
-                self.loss = loss.detach().reshape(()).clone()
+                value = loss.detach().reshape(())
+                self.loss = value.clone() if self.loss is None else self.loss + value.to(self.loss.device)
 
-    def end_step(self, step: int, optimizer: torch.optim.Optimizer | None, total: Tensor | None = None) -> None:
+    def end_step(self, step: int, optimizer: torch.optim.Optimizer | None, total: Tensor | None = None,
+                 index: int | None = None) -> None:
         """Record this step's loss and total gradient norm (no host sync); `total`: that norm,
-        when a sampled step has already taken it."""
+        when a sampled step has already taken it; `index`: the stepping optimizer's index."""
         norm = total
         if optimizer is not None and norm is None:
             grads = [p.grad.coalesce().values() if p.grad.is_sparse else p.grad
@@ -76,24 +90,25 @@ class StepMonitor:
                     # NOTE: FSDP2 shards are summed over ranks at the batched flush, not per step.
                     norm = plain.sqrt() if shards is None else _Sharded(plain, shards)
         lr = _learning_rate(optimizer)
-        self.pending.append((step, self.loss, norm, lr))
-        self.loss = None
+        self.pending.append((step, self.loss, norm, lr, index))
+        self.loss, self._zeroed = None, False
 
     def due(self) -> bool:
         return len(self.pending) >= self.batch
 
-    def flush(self) -> list[tuple[int, float | None, float | None, float | None]]:
+    def flush(self) -> list[SeriesRow]:
         """One device-to-host copy for the whole batch."""
         pending, self.pending = self.pending, []
         pending = _combine_shards(pending)
-        values = [v for _, loss, norm, _ in pending for v in (loss, norm) if v is not None]
+        values = [v for _, loss, norm, _, _ in pending for v in (loss, norm) if v is not None]
         host = iter([])
         if values:
             with torch._C.DisableTorchFunction():
                 host = iter(torch.stack([v.float() for v in values]).cpu().tolist())
         rows = []
-        for step, loss, norm, lr in pending:
-            rows.append((step, next(host) if loss is not None else None, next(host) if norm is not None else None, lr))
+        for step, loss, norm, lr, index in pending:
+            rows.append(SeriesRow(step, next(host) if loss is not None else None,
+                                  next(host) if norm is not None else None, lr, index))
         return rows
 
 
@@ -112,11 +127,11 @@ def _combine_shards(pending: list) -> list:
     with torch._C.DisableTorchFunction(), torch.no_grad():
         summed = iter(distributed.sum_across_ranks([row[2].shards.float() for row in sharded]))
         combined = []
-        for step, loss, norm, lr in pending:
+        for step, loss, norm, lr, index in pending:
             if isinstance(norm, _Sharded):
                 total = next(summed)
                 norm = (total if norm.plain is None else total + norm.plain.float()).sqrt()
-            combined.append((step, loss, norm, lr))
+            combined.append((step, loss, norm, lr, index))
     return combined
 
 

@@ -40,6 +40,8 @@ class OptimizerOrigin:
     cleared_steps: int = 0            # steps whose gradients a zero_grad() cleared between backward and step
     cleared_at: tuple | None = None
     lr_range: dict[int, tuple[float, float]] = field(default_factory=dict)   # group -> (low, high), sampled steps
+    closure_calls: int = 0            # the most closure evaluations one step(closure) made (LBFGS: many)
+    closure_calls_now: int = 0        # ... in the step under way
 
     def note_lrs(self, optimizer) -> None:
         for index, group in enumerate(optimizer.param_groups):

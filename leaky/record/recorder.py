@@ -21,6 +21,7 @@ from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
+from leaky.record.objectives import CouplingProbe, MovingWeights
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.origins import OriginWatch, bare_method_statement
 from leaky.record.sites import SiteTable, SourceLocator
@@ -79,6 +80,8 @@ class Recorder(StepTracking):
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
         self.monitor = StepMonitor()
         self.updates = UpdateProbe()
+        self.coupling = CouplingProbe()   # whose loss reaches whose parameters (adversarial games)
+        self.moving = MovingWeights()     # untrained weights that change: a synced target network
         self._backward_patch = TensorBackwardPatch(self._on_tensor_backward)
         self.active = False        # between __enter__ and __exit__, with no internal error
         self.last_optimizer: torch.optim.Optimizer | None = None
@@ -151,7 +154,7 @@ class Recorder(StepTracking):
             self.guarded(self._flush)
         if self.error is None and (self.monitor.pending or self.monitor.loss is not None):
             if self.monitor.loss is not None and self._calls_since_step:
-                self.monitor.end_step(self.step, self.last_optimizer)
+                self.monitor.end_step(self.step, self.last_optimizer, None, self.optimizer_index(self.last_optimizer))
             self.guarded(self.flush_series)
 
     # -- leaky's own failures ----------------------------------------------------------
@@ -184,7 +187,8 @@ class Recorder(StepTracking):
         idle = bool(self._optimizer_exists) and not self.saw_optimizer and self.backward_calls >= 2
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
                                   self.backward_calls, self.probes, self.functions.checks, idle, self.init_sites,
-                                  self.origins, self._idle_at() if idle else None)
+                                  self.origins, self._idle_at() if idle else None,
+                                  coupled=self.coupling.pairs, syncs=self.moving.syncs)
 
     def _idle_at(self) -> tuple | None:
         """With an optimizer that never stepped: a bare `optimizer.step` statement near the
@@ -192,6 +196,8 @@ class Recorder(StepTracking):
         return bare_method_statement(self.backward_at, "step") or self.backward_at
 
     def _note_zero_grad(self, key: tuple) -> None:
+        if self.active:
+            self.monitor.note_zero_grad()
         if self.active and len(self._zeroed_since_backward) < 64:
             self._zeroed_since_backward.append(key)
 

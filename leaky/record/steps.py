@@ -15,6 +15,7 @@ from torch import Tensor
 from leaky.record import distributed
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
+COUPLING_STEPS = 100         # steps on which whose-loss-reaches-whom is probed, sampled or not
 
 
 class StepTracking:
@@ -33,6 +34,8 @@ class StepTracking:
         if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
             loss = self._unscaled(tensor)
             self.monitor.note_loss(loss)
+            if (self.observing or self.step < COUPLING_STEPS) and not self._calls_since_step:
+                self.coupling.at_first_backward(self.optimizers)
             if self.observing:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
                     self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
@@ -112,6 +115,8 @@ class StepTracking:
         self.last_optimizer = optimizer
         self._in_step = True
         sampled = self.observing
+        if sampled or self.step < COUPLING_STEPS:
+            self.guarded(self.coupling.at_step, self.optimizers, self.optimizer_index(optimizer))
         if sampled:
             self.guarded(self.updates.before_step, optimizer)
             self.guarded(self._note_old_grads, optimizer)
@@ -141,8 +146,12 @@ class StepTracking:
         closure = kwargs.get("closure", args[0] if args else None)
         if not callable(closure):
             return None
+        origin = self.origins.optimizer(self.last_optimizer)
+        origin.closure_calls_now = 0
 
         def observed_closure(*a, **k):
+            origin.closure_calls_now += 1
+            origin.closure_calls = max(origin.closure_calls, origin.closure_calls_now)
             if sampled and self.active and self.error is None:
                 self.observing = True
                 self._resume_mode()
@@ -199,7 +208,9 @@ class StepTracking:
             return   # an optimizer step with no backward seen: nothing to fold
         sampled = self.observing or bool(self.buffer.records)
         total = self._flush() if sampled else None
-        self.monitor.end_step(self.step, self.last_optimizer if self.saw_optimizer else None, total)
+        optimizer = self.last_optimizer if self.saw_optimizer else None
+        self.monitor.end_step(self.step, optimizer, total, self.optimizer_index(optimizer))
+        self.moving.at_step_end(self.step, self.modules, self.builder.opt_params)
         # NOTE: a watch's series is copied in batches (its check pass flushes it first); an
         # audit's at each step.
         if self.monitor.due() or (sampled and self.sample_every is None):
@@ -216,9 +227,21 @@ class StepTracking:
                 self.on_limit()
             return
         every = self.sample_every
-        self._sample(every is None or self.step < self.dense_steps or self.step % every == 0)
+        # NOTE: several optimizers that step in turn (a GAN's discriminator, then its
+        # generator) are sampled as a round of consecutive steps, one per optimizer: with
+        # one step in `every`, an even `every` would only ever see the discriminator.
+        round_steps = min(max(1, len(self.optimizers)), every or 1)
+        self._sample(every is None or self.step < self.dense_steps or self.step % every < round_steps)
+
+    def optimizer_index(self, optimizer) -> int | None:
+        """The index of an optimizer among those that stepped (AuditStats.optimizers)."""
+        for index, known in enumerate(self.optimizers):
+            if known is optimizer:
+                return index
+        return None
 
     def flush_series(self) -> None:
+        self.moving.flush()
         rows = self.monitor.flush()
         self.builder.add_series(rows)
         if self.on_series is not None and rows:

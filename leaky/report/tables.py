@@ -82,4 +82,5 @@ def activation_rows(stats: AuditStats) -> list[dict]:
 
 
 def series_rows(stats: AuditStats) -> list[dict]:
-    return [{"step": step, "loss": loss, "grad_norm": norm, "lr": lr} for step, loss, norm, lr in stats.series]
+    return [{"step": row.step, "loss": row.loss, "grad_norm": row.grad_norm, "lr": row.lr, "optimizer": row.optimizer}
+            for row in stats.series]
