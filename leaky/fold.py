@@ -491,9 +491,14 @@ class StatsBuilder:
         for pid, (key, pname, param) in owners.items():
             seen.add(pid)
             yield self._one_param(pid, param, key, pname)
+        # NOTE: an optimizer's tensors that no module owns are named by their shape; two of
+        # one shape are told apart in the order the optimizers hold them.
+        shapes: dict[str, int] = defaultdict(int)
         for pid, param in self.opt_params.items():
             if pid not in seen:
-                yield self._one_param(pid, param, None, f"<param {tuple(param.shape)}>")
+                label = f"<param {tuple(param.shape)}>"
+                shapes[label] += 1
+                yield self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
 
     def _one_param(self, pid, param, key, pname) -> ParamStats:
         module = self.modules.name(key) if key is not None else None

@@ -334,3 +334,15 @@ def test_a_finding_first_seen_at_the_end_of_a_watch_is_stored_at_the_last_step(t
     with Store(tmp_path / "runs.db") as store:
         assert max(row["step"] for row in store.steps(run.run_id)) == 4
         assert {f["first_step"] for f in store.findings(run.run_id) if f["code"] == "LK107"} == {4}
+
+
+def test_tensors_no_module_owns_get_distinct_names():
+    w1, w2 = nn.Parameter(torch.randn(4, 4)), nn.Parameter(torch.randn(4, 4))
+    opt = torch.optim.SGD([w1, w2], lr=0.1)
+    with leaky.audit(steps=3) as run:
+        for _ in range(3):
+            loss = (torch.randn(8, 4) @ w1 @ w2).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert [row["name"] for row in run.report.parameters] == ["<param (4, 4)>", "<param (4, 4)>#2"]
