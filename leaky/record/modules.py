@@ -222,7 +222,7 @@ def _name_in_frame(frame, target: nn.Module) -> tuple[str, nn.Module, str] | Non
     variable that is the target, else one that holds it among its submodules, else `self`."""
     scopes = (frame.f_locals, frame.f_globals)
     named = [(name, value) for scope in scopes for name, value in list(scope.items())
-             if isinstance(value, nn.Module) and (name == "self" or not name.startswith("_"))]
+             if (name == "self" or not name.startswith("_")) and _is_module(value)]
     for name, value in named:
         if value is target and name != "self":
             return name, value, ""
@@ -233,6 +233,14 @@ def _name_in_frame(frame, target: nn.Module) -> tuple[str, nn.Module, str] | Non
         if path is not None:
             return name, value, path
     return None
+
+
+def _is_module(value) -> bool:
+    """isinstance, for any object a user frame holds (a lazy proxy's __class__ may raise)."""
+    try:
+        return isinstance(value, nn.Module)
+    except Exception:
+        return False
 
 
 def _path_to(holder: nn.Module, target: nn.Module) -> str | None:
