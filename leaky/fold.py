@@ -47,6 +47,19 @@ def _histogram(host: dict, stats: UnitStats) -> dict | None:
     return None
 
 
+def _death_steps(last_fired: np.ndarray, observed: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """For dead units that fired earlier: the step after each one's last firing, and the
+    first observed step that saw it silent (the next observed step after that firing).
+
+    NOTE: both are optimizer steps. A watch observes every N-th step, so a unit died
+    somewhere between the two; `last + 1` alone would claim it died right after the last
+    step that happened to be observed."""
+    fired = last_fired[last_fired >= 0].astype(np.int64)
+    after = np.searchsorted(np.asarray(observed, dtype=np.int64), fired, side="right")
+    seen = [observed[min(int(i), len(observed) - 1)] for i in after]
+    return tuple(int(s) + 1 for s in fired), tuple(int(s) for s in seen)
+
+
 def _loss_scaler() -> dict | None:
     """A live, enabled torch.amp.GradScaler and its current scale (one gc scan, at the end)."""
     import gc
@@ -456,13 +469,14 @@ class StatsBuilder:
             stats = _with_samples(stats, merged["samples"], merged["counted"])
         clean = [s for s in self.sample_steps if self.first_bad_step is None or s < self.first_bad_step]
         window = max(1, min(self.config.dead_window_steps, math.ceil(len(clean) / 2)))
-        dead, died = None, ()
+        dead, died, seen_dead, span = None, (), (), None
         if host["last_active"] is not None and clean:
             last = host["last_active"]
             cutoff = clean[-window]   # a unit that fired at a step >= cutoff is alive
             dead_mask = last < cutoff
             dead = int(dead_mask.sum())
-            died = tuple(int(s) + 1 for s in last[dead_mask] if s >= 0)
+            died, seen_dead = _death_steps(last[dead_mask], clean)
+            span = (int(cutoff), int(clean[-1]))
         flat_share = stuck = None
         if host["flat"] is not None and stats.counted:
             flat_share = float(host["flat"].sum() / (stats.counted * stats.units))
@@ -471,7 +485,7 @@ class StatsBuilder:
         return ActivationStats(site, op.op, stats.activation.family, op.module, op.source, stats.units,
                                stats.samples, dead, died, window, flat_share, stuck,
                                median_from_hist(host["hist"]), peaked, dict(stats.detail),
-                               _histogram(host, stats))
+                               _histogram(host, stats), seen_dead, span)
 
     def _param_stats(self):
         owners = self._owners()
@@ -479,9 +493,14 @@ class StatsBuilder:
         for pid, (key, pname, param) in owners.items():
             seen.add(pid)
             yield self._one_param(pid, param, key, pname)
+        # NOTE: an optimizer's tensors that no module owns are named by their shape; two of
+        # one shape are told apart in the order the optimizers hold them.
+        shapes: dict[str, int] = defaultdict(int)
         for pid, param in self.opt_params.items():
             if pid not in seen:
-                yield self._one_param(pid, param, None, f"<param {tuple(param.shape)}>")
+                label = f"<param {tuple(param.shape)}>"
+                shapes[label] += 1
+                yield self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
 
     def _one_param(self, pid, param, key, pname) -> ParamStats:
         module = self.modules.name(key) if key is not None else None

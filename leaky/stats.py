@@ -79,6 +79,11 @@ class ActivationStats:
     # sigmoid/tanh: counts of log10(local derivative / its maximum) per bin; ReLU family: counts
     # of units per firing rate (share of samples with output > 0). {"kind", "edges", "counts"}
     histogram: dict | None = None
+    # for the units of died_steps, in the same order: the first observed step that saw each
+    # silent. A watch observes every N-th step, so each died between the two; an audit
+    # observes every step, and the two are the same.
+    seen_dead_steps: tuple[int, ...] = ()
+    window_span: tuple[int, int] | None = None   # first and last observed step of the window
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ class Watch(Audit):
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         super().__exit__(exc_type, exc, tb)
-        self._announce(self.report.findings, self.stats.steps and self.recorder.step)
+        self._announce(self.report.findings, self._last_step())
         for sink in self.sinks:
             sink.close()
         if self.store is not None:
@@ -101,6 +101,13 @@ class Watch(Audit):
             self.store.end_run(self.run_id, status, error or self.recorder.error)
             self.store.close()
         return False
+
+    def _last_step(self) -> int:
+        """The last optimizer step the run reached (the recorder's counter is one past it,
+        unless a step was left unfinished)."""
+        if self.stats.series:
+            return self.stats.series[-1][0]
+        return max(self.recorder.step - 1, 0)
 
     # -- per step ----------------------------------------------------------------------
     def _store_series(self, rows) -> None:

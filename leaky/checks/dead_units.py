@@ -4,9 +4,10 @@
 
 A unit whose pre-activation is <= 0 for every input gets a zero gradient for every input,
 so its incoming weights never change again: it cannot recover on its own. A unit is dead
-when it did not fire in the trailing window of observed steps; when it fired earlier, the
-step after its last firing is when it died. Some inactive units are normal, hence the
-per-layer share thresholds and a minimum sample count.
+when it did not fire in the trailing window of observed steps; when it fired earlier, it
+died after the last observed step where it fired and by the next observed step: the same
+step in an audit, which observes every step, N steps apart under `watch(every=N)`. Some
+inactive units are normal, hence the per-layer share thresholds and a minimum sample count.
 """
 from __future__ import annotations
 
@@ -21,29 +22,87 @@ from leaky.stats import AuditStats
 _SPIKE = 10.0     # a gradient norm or update this many times its median is "a spike"
 
 
-def _just_before(stats: AuditStats, death: int) -> str:
-    """What happened on the step before most units died: Karpathy's 'knocked off by a large
-    update' is a gradient spike, a large update, or a learning-rate step."""
-    before = death - 1
+def _just_before(stats: AuditStats, first: int, last: int) -> str:
+    """What happened on the steps whose updates could have killed most units (the step of
+    their last firing, up to the step before they were seen silent): Karpathy's 'knocked off
+    by a large update' is a gradient spike, a large update, or a learning-rate step."""
     rows = {row.step: (row.grad_norm, row.lr) for row in stats.series}
-    events = []
-    norms = [n for s, (n, _) in rows.items() if n is not None and s < before]
-    if before in rows and rows[before][0] is not None and norms:
-        typical = statistics.median(norms)
-        if typical > 0 and rows[before][0] > _SPIKE * typical:
-            events.append(f"the gradient norm spiked to {rows[before][0]:.3g} ({rows[before][0] / typical:.0f}× "
-                          "its median)")
-    lrs = [rows[s][1] for s in (before - 1, before) if s in rows]
-    if len(lrs) == 2 and None not in lrs and lrs[0] and lrs[1] > 2 * lrs[0]:
-        events.append(f"the learning rate jumped from {lrs[0]:.3g} to {lrs[1]:.3g}")
-    ratios = [r for p in stats.params for s, r in p.update_ratios if s == before]
-    if ratios and max(ratios) > 0.1:
-        events.append(f"an update changed a weight by {max(ratios):.2g} of its norm")
-    if before < 0 or before not in rows:
+    span = [step for step in range(first, last + 1) if step in rows]
+    if first < 0 or not span:
         return ""
+    events = []
+    norms = [n for s, (n, _) in rows.items() if n is not None and s < first]
+    spiked = [(rows[s][0], s) for s in span if rows[s][0] is not None]
+    if spiked and norms:
+        typical = statistics.median(norms)
+        norm, step = max(spiked)
+        if typical > 0 and norm > _SPIKE * typical:
+            events.append((step, f"the gradient norm spiked to {norm:.3g} ({norm / typical:.0f}× its median)"))
+    for step in span:
+        lrs = [rows[s][1] for s in (step - 1, step) if s in rows]
+        if len(lrs) == 2 and None not in lrs and lrs[0] and lrs[1] > 2 * lrs[0]:
+            events.append((step, f"the learning rate jumped from {lrs[0]:.3g} to {lrs[1]:.3g}"))
+            break
+    ratios = [(r, s) for p in stats.params for s, r in p.update_ratios if first <= s <= last]
+    if ratios and max(ratios)[0] > 0.1:
+        events.append((max(ratios)[1], f"an update changed a weight by {max(ratios)[0]:.2g} of its norm"))
+    return _events_text(events, first, last)
+
+
+def _events_text(events: list[tuple[int, str]], first: int, last: int) -> str:
+    if first == last:
+        if not events:
+            return f" Nothing unusual was measured at step {first}."
+        return f" Just before, at step {first}, " + " and ".join(text for _, text in events) + "."
     if not events:
-        return f" Nothing unusual was measured at step {before}."
-    return f" Just before, at step {before}, " + " and ".join(events) + "."
+        return f" Nothing unusual was measured between steps {first} and {last}."
+    happened = [f"{text} at step {step}" for step, text in sorted(events)]
+    return f" Between steps {first} and {last}, " + _joined(happened) + "."
+
+
+def _joined(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _when(stats: AuditStats, act) -> tuple[str, int | None, list[int] | None]:
+    """The sentence on when the dead units that fired earlier died, the step a finding
+    points at (the earliest a unit may have died), and the range of steps they died in.
+
+    NOTE: every step number is an optimizer step. Under a watch, units are observed every
+    N-th step: each died after the last observed step where it fired (died_steps - 1) and
+    by the next observed step (seen_dead_steps). An audit observes every step: the two agree."""
+    deaths = sorted(zip(act.died_steps, act.seen_dead_steps or act.died_steps))
+    if not deaths:
+        return "", None, None
+    earliest, latest = deaths[0][0], max(seen for _, seen in deaths)
+    exact = all(died == seen for died, seen in deaths)
+    text = _exact_when(stats, deaths) if exact else _sampled_when(stats, deaths)
+    return f" {len(deaths)} of them fired earlier and {text}", earliest, [earliest, latest]
+
+
+def _exact_when(stats: AuditStats, deaths: list[tuple[int, int]]) -> str:
+    first, last = deaths[0][0], deaths[-1][0]
+    median = statistics.median(died for died, _ in deaths)
+    when = f"died at step {first}" if first == last else f"died between steps {first} and {last} (median {median:g})"
+    return f"{when}.{_just_before(stats, int(median) - 1, int(median) - 1)}"
+
+
+def _sampled_when(stats: AuditStats, deaths: list[tuple[int, int]]) -> str:
+    earliest, latest = deaths[0][0], max(seen for _, seen in deaths)
+    died, seen = deaths[len(deaths) // 2]
+    if (died, seen) == (earliest, latest):
+        observed = f": they fired at observed step {died - 1} and were silent at observed step {seen}."
+    else:
+        observed = f"; the median unit fired at observed step {died - 1} and was silent at observed step {seen}."
+    return f"died between steps {earliest} and {latest}{observed}{_just_before(stats, died - 1, seen - 1)}"
+
+
+def _window(act) -> str:
+    """The trailing window's steps, when they are not simply the last `window` steps."""
+    if act.window_span is None or act.window_span[1] - act.window_span[0] + 1 == act.window:
+        return ""
+    first, last = act.window_span
+    return f" (steps {first} to {last})" if act.window > 1 else f" (step {last})"
 
 
 @register("LK102", "dead-units", "ReLU-family units that never activate on any observed sample")
@@ -63,23 +122,18 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = Severity.INFO
         if severity is None:
             continue
-        died = sorted(act.died_steps)
-        when = ""
-        step = None
-        if died:
-            step = died[0]
-            when = (f" {len(died)} of them fired earlier and died between steps {died[0]} and {died[-1]}"
-                    f" (median {statistics.median(died):g}).{_just_before(stats, int(statistics.median(died)))}")
+        when, step, died_between = _when(stats, act)
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
-                   f"{act.window} observed steps; relu'(x) = 0 for x ≤ 0, so they get no gradient and cannot "
-                   f"recover.{when}")
+                   f"{act.window} observed steps{_window(act)}; relu'(x) = 0 for x ≤ 0, so they get no "
+                   f"gradient and cannot recover.{when}")
         fix = ("Lower the learning rate or add warmup (a large update pushes biases far negative), "
                "initialise with nn.init.kaiming_normal_(w, nonlinearity='relu'), normalise the inputs, "
                "or use LeakyReLU/GELU, whose gradient is nonzero for x < 0.")
         evidence = {"dead_units": act.dead_units, "units": act.units, "dead_share": share,
                     "window_steps": act.window, "window_samples": window_samples,
-                    "died_during_observation": len(died), "first_death_step": step}
+                    "died_during_observation": len(act.died_steps), "first_death_step": step,
+                    "died_between_steps": died_between}
         findings.append(Finding("dead-units", "LK102", severity, message, fix, act.module, act.op,
                                 act.source, step, evidence))
     return findings

@@ -53,23 +53,31 @@ def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:
                    None, evidence)
 
 
+def _norm_series(stats: AuditStats) -> list[tuple[int, float]]:
+    """(optimizer step, total gradient norm) of every step with one. NOTE: the step, never
+    the position in this list: steps without a norm are left out, and a long run keeps
+    only its last steps in memory."""
+    return [(row.step, row.grad_norm) for row in stats.series if row.grad_norm is not None]
+
+
 def _spike(stats: AuditStats, config: AuditConfig) -> Finding | None:
-    norms = stats.grad_norms
-    for step in range(config.spike_min_history, len(norms)):
-        history = [n for n in norms[:step] if math.isfinite(n)]
-        if len(history) < config.spike_min_history or not math.isfinite(norms[step]):
+    rows = _norm_series(stats)
+    for index in range(config.spike_min_history, len(rows)):
+        step, norm = rows[index]
+        history = [n for _, n in rows[:index] if math.isfinite(n)]
+        if len(history) < config.spike_min_history or not math.isfinite(norm):
             continue
         median = statistics.median(history)
-        if median > 0 and norms[step] > config.spike_factor * median:
-            message = (f"at step {step} the total gradient norm is {num(norms[step])}, "
-                       f"{num(norms[step] / median)}× the median {num(median)} of the steps before it.")
+        if median > 0 and norm > config.spike_factor * median:
+            message = (f"at step {step} the total gradient norm is {num(norm)}, "
+                       f"{num(norm / median)}× the median {num(median)} of the steps before it.")
             return Finding("exploding-gradient", "LK104", Severity.WARNING, message, _FIX, None, None, None,
-                           step, {"grad_norm": norms[step], "median_before": median})
+                           step, {"grad_norm": norm, "median_before": median})
     return None
 
 
 def _overflow(stats: AuditStats) -> Finding | None:
-    for step, norm in enumerate(stats.grad_norms):
+    for step, norm in _norm_series(stats):
         if math.isinf(norm):
             message = f"at step {step} the total gradient norm overflowed to inf."
             return Finding("exploding-gradient", "LK104", Severity.ERROR, message, _FIX, None, None, None,

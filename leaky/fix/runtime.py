@@ -109,7 +109,7 @@ class ModuleEdit:
             return
         self._roots.add(id(module))
         for info in list(self._tracker.infos):
-            names = {self._tracker.name(info.key), info.path}
+            names = {self._tracker.name(info.key), self._tracker.qualified(info.key), info.path}
             for path in self.paths:
                 if path in names and path not in self._done:
                     self._done.add(path)

@@ -3,12 +3,15 @@
 Global forward pre/post hooks keep a stack of running modules. The first time a module
 runs with an empty stack it is a root: its `named_modules()` give every descendant its
 dotted path. When one program has several roots (a Q-network and its target network), the
-paths are prefixed with the variable that holds each root, found in the caller's frame.
+paths are prefixed with the variable that holds each root, found in the caller's frames:
+`q_network.2`, or `agent.critic.4` for a root that a method runs as `self.critic(x)`.
+A name, once handed out, never changes during the run, and no two modules share one.
 It also notes, once per module, whether torch code called it (a layer that `nn.Sequential`
 runs) rather than the user's own code.
 """
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import dataclass
 
@@ -41,6 +44,8 @@ class ModuleTracker:
         self._stack: list[int] = []
         self._handles: list[RemovableHandle] = []
         self._root_params: dict[int, bool] = {}
+        self._names: list[str] = []          # per module key, fixed once handed out
+        self._taken: set[str] = set()
         self.compiled: list[str] = []   # roots that are torch.compile'd modules
 
     # -- lifecycle -----------------------------------------------------------------
@@ -70,14 +75,37 @@ class ModuleTracker:
         """The user-facing dotted path; None outside any module."""
         if key is None:
             return None
+        if key >= len(self._names):
+            self._name_new_modules()
+        return self._names[key]
+
+    def qualified(self, key: int) -> str:
+        """The path prefixed with its root's label (`q_network.2`), whatever `name` says."""
         info = self.infos[key]
-        # NOTE: roots without parameters (a loss module such as nn.CrossEntropyLoss()) do
-        # not make a second model: only roots that own parameters get prefixes.
-        multi = sum(1 for root in self.root_labels if self._has_params(root)) > 1
-        if not multi or not self._has_params(info.root):
-            return info.path or info.type_name
         label = self.root_labels[info.root]
         return f"{label}.{info.path}" if info.path else label
+
+    def _name_new_modules(self) -> None:
+        """Name the modules registered since the last call, in registration order.
+
+        NOTE: a root is prefixed when more than one root owns parameters at the time its
+        modules are first named. Roots without parameters (a loss module such as
+        nn.CrossEntropyLoss()) do not make a second model. A watch names modules at its
+        first check pass: a target network that first runs later gets its prefix, and the
+        model named before keeps its short names, so no name changes mid-run."""
+        multi = sum(1 for root in self.root_labels if self._has_params(root)) > 1
+        for info in self.infos[len(self._names):]:
+            short = info.path or info.type_name
+            qualified = self.qualified(info.key)
+            preferred = [qualified] if multi and self._has_params(info.root) else [short, qualified]
+            self._names.append(self._claim(preferred))
+
+    def _claim(self, preferred: list[str]) -> str:
+        """The first free name of `preferred`, else the last one with `#2`, `#3`, ..."""
+        numbered = (f"{preferred[-1]}#{count}" for count in itertools.count(2))
+        name = next(n for n in itertools.chain(preferred, numbered) if n not in self._taken)
+        self._taken.add(name)
+        return name
 
     def _has_params(self, root: int) -> bool:
         cached = self._root_params.get(root)
@@ -110,10 +138,11 @@ class ModuleTracker:
             self._stack.pop()
 
     def _register_root(self, root: nn.Module) -> int:
+        variable = _variable_name(root)
         if _is_compiled(root):
-            self.compiled.append(_variable_name(root) or type(getattr(root, "_orig_mod", root)).__name__)
+            self.compiled.append(variable or type(getattr(root, "_orig_mod", root)).__name__)
         root_key = len(self.infos)
-        self.root_labels[root_key] = _variable_name(root) or type(root).__name__
+        self.root_labels[root_key] = self._free_label(variable or type(root).__name__)
         for path, module in root.named_modules():
             if id(module) in self._by_id and self.infos[self._by_id[id(module)]].module is module:
                 continue  # already named under an earlier root
@@ -122,6 +151,13 @@ class ModuleTracker:
             self.infos.append(ModuleInfo(key, root_key, path, _type_name(module), module))
             self._by_id[id(module)] = key
         return self._by_id[id(root)]
+
+    def _free_label(self, label: str) -> str:
+        """Two roots never share a label: two models held by one loop variable get
+        `model`, `model#2`."""
+        used = set(self.root_labels.values())
+        numbered = (f"{label}#{count}" for count in itertools.count(2))
+        return next(n for n in itertools.chain([label], numbered) if n not in used)
 
 
 def _caller_is_internal() -> bool:
@@ -163,14 +199,57 @@ def _is_compiled(module: nn.Module) -> bool:
 
 
 def _variable_name(module: nn.Module) -> str | None:
-    """The name of a variable (or attribute of self) that holds this module in user code."""
+    """The name of a variable that holds this module in user code, or, for a module that a
+    method runs as `self.critic(x)`, the variable that holds `self` and the attribute path
+    to the module: `agent.critic`. The innermost user frame that knows it wins."""
+    target, suffix = module, ""
     frame = sys._getframe(1)
     while frame is not None:
         if not _is_internal(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for name, value in list(scope.items()):
-                    if value is module and name != "self" and not name.startswith("_"):
-                        return name
+            found = _name_in_frame(frame, target)
+            if found is not None:
+                name, holder, path = found
+                suffix = f".{path}{suffix}" if path else suffix
+                if name != "self":
+                    return name + suffix
+                target = holder   # name self, the module that holds it, in the frames further out
         frame = frame.f_back
+    return f"{type(target).__name__}{suffix}" if suffix else None
+
+
+def _name_in_frame(frame, target: nn.Module) -> tuple[str, nn.Module, str] | None:
+    """(variable, module it holds, path from that module to target) in one frame: a
+    variable that is the target, else one that holds it among its submodules, else `self`."""
+    scopes = (frame.f_locals, frame.f_globals)
+    named = [(name, value) for scope in scopes for name, value in list(scope.items())
+             if (name == "self" or not name.startswith("_")) and _is_module(value)]
+    for name, value in named:
+        if value is target and name != "self":
+            return name, value, ""
+    holders = [(name, value) for name, value in named if name != "self"] + \
+              [(name, value) for name, value in named if name == "self"]
+    for name, value in holders:
+        path = _path_to(value, target)
+        if path is not None:
+            return name, value, path
     return None
 
+
+def _is_module(value) -> bool:
+    """isinstance, for any object a user frame holds (a lazy proxy's __class__ may raise)."""
+    try:
+        return isinstance(value, nn.Module)
+    except Exception:
+        return False
+
+
+def _path_to(holder: nn.Module, target: nn.Module) -> str | None:
+    """The dotted path from holder to target among holder's submodules, without the
+    wrappers the user did not name ("" when holder only wraps it); None if holder does
+    not hold it."""
+    if holder is target:
+        return None
+    for path, module in holder.named_modules():
+        if module is target:
+            return _unwrapped(path, holder)
+    return None

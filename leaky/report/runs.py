@@ -5,7 +5,8 @@ import datetime
 import math
 import os
 
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -15,10 +16,10 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _BARS = " ▁▂▃▄▅▆▇█"
 
 
-def _when(stamp: float | None) -> str:
+def _when(stamp: float | None, form: str = "%Y-%m-%d %H:%M:%S") -> str:
     if stamp is None:
         return ""
-    return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.datetime.fromtimestamp(stamp).strftime(form)
 
 
 def _status(run: dict) -> str:
@@ -27,17 +28,46 @@ def _status(run: dict) -> str:
     return run["status"]
 
 
-def runs_table(runs: list[dict], path: str) -> Table:
-    table = Table(title=f"runs in {path}", title_justify="left", show_edge=False)
-    for column in ("id", "started", "status", "steps", "findings", "errors", "last loss", "script"):
-        table.add_column(column, justify="right" if column in ("id", "steps", "findings", "errors") else "left")
-    for run in runs:
-        table.add_row(str(run["id"]), _when(run["started"]), _status(run), str(run["steps"]),
-                      str(run["findings"]), str(run["errors"]), num(run.get("last_loss")),
-                      Text(os.path.basename(run["script"] or "") + " " + " ".join(run["argv"] or [])))
-    if not runs:
-        table.caption = "no runs yet: `leaky watch train.py` records one"
-    return table
+def runs_table(runs: list[dict], path: str) -> "RunsTable":
+    return RunsTable(runs, path)
+
+
+class RunsTable:
+    """`leaky runs`: one line per run at any width. The script and its arguments take the
+    width left and are cut with `…`; when that leaves them little, the table tightens (the
+    start time without year and seconds, one space less between columns)."""
+
+    _COLUMNS = ("id", "started", "status", "steps", "findings", "errors", "last loss", "script")
+    # (time format, table options), widest first
+    _LAYOUTS = (("%Y-%m-%d %H:%M:%S", {}), ("%m-%d %H:%M", {"collapse_padding": True, "pad_edge": False}))
+    _COMMAND_ROOM = 32   # what the script column should get before the table tightens
+
+    def __init__(self, runs: list[dict], path: str) -> None:
+        self.runs, self.path = runs, path
+        self.commands = [os.path.basename(run["script"] or "") + " " + " ".join(run["argv"] or []) for run in runs]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions):
+        want = min(self._COMMAND_ROOM, max((len(c) for c in self.commands), default=0))
+        for layout in self._LAYOUTS:
+            bare = self.table(layout, ["" for _ in self.commands])
+            room = options.max_width - Measurement.get(console, options.update_width(10_000), bare).maximum
+            if room + len("script") >= want:
+                break
+        yield self.table(layout, self.commands)
+
+    def table(self, layout: tuple[str, dict], commands: list[str]) -> Table:
+        form, style = layout
+        table = Table(title=f"runs in {self.path}", title_justify="left", show_edge=False, **style)
+        for column in self._COLUMNS:
+            table.add_column(column, justify="right" if column in ("id", "steps", "findings", "errors") else "left",
+                             no_wrap=column != "script")
+        for run, command in zip(self.runs, commands):
+            table.add_row(str(run["id"]), _when(run["started"], form), _status(run), str(run["steps"]),
+                          str(run["findings"]), str(run["errors"]), num(run.get("last_loss")),
+                          Text(command, no_wrap=True, overflow="ellipsis"))
+        if not self.runs:
+            table.caption = "no runs yet: `leaky watch train.py` records one"
+        return table
 
 
 def sparkline(values: list[float | None], width: int = 60) -> str:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import io
 import os
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from leaky.checks._util import num, pct
 from leaky.finding import Finding, Severity
+from leaky.report.shorten import distinct_width, shorten_middle
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -47,17 +49,43 @@ def finding_renderable(finding: Finding) -> Text:
     return text
 
 
-def flow_table(report, limit: int = 40) -> Table:
-    table = Table(title="gradient flow, loss → input", title_justify="left", show_edge=False)
-    for column, justify in (("module", "left"), ("type", "left"), ("grad norm in", "right"),
-                            ("gain", "right"), ("zeroed", "right"), ("dead", "right"), ("saturated", "right")):
-        table.add_column(column, justify=justify)
-    for row in report.modules[:limit]:
-        table.add_row(Text(row["module"]), Text(row["type"]), num(row["grad_norm"]), num(row["gain"]),
-                      pct(row["zeroed_share"]), pct(row["dead_share"]), pct(row["saturated_share"]))
-    if len(report.modules) > limit:
-        table.caption = f"{len(report.modules) - limit} more modules in the JSON report"
-    return table
+def flow_table(report, limit: int = 40) -> "FlowTable":
+    return FlowTable(report, limit)
+
+
+class FlowTable:
+    """The gradient-flow table, laid out for the width it is rendered at: when the full
+    module names do not fit, they are shortened from the middle (`t…h.3.mlp.c_fc`), never
+    below the width that still tells every row apart."""
+
+    _COLUMNS = (("module", "left"), ("type", "left"), ("grad norm in", "right"), ("gain", "right"),
+                ("zeroed", "right"), ("dead", "right"), ("saturated", "right"))
+
+    def __init__(self, report, limit: int = 40) -> None:
+        self.rows = report.modules[:limit]
+        self.more = len(report.modules) - len(self.rows)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions):
+        names = [row["module"] for row in self.rows]
+        full = self.table(names)
+        excess = Measurement.get(console, options.update_width(10_000), full).maximum - options.max_width
+        if excess <= 0 or not names:
+            yield full
+            return
+        longest = max(len(n) for n in names)
+        width = min(longest, max(longest - excess, min(distinct_width(names), options.max_width // 2)))
+        yield self.table([shorten_middle(n, width) for n in names], module_width=width)
+
+    def table(self, names: list[str], module_width: int | None = None) -> Table:
+        table = Table(title="gradient flow, loss → input", title_justify="left", show_edge=False)
+        for column, justify in self._COLUMNS:
+            table.add_column(column, justify=justify, width=module_width if column == "module" else None)
+        for name, row in zip(names, self.rows):
+            table.add_row(Text(name), Text(row["type"]), num(row["grad_norm"]), num(row["gain"]),
+                          pct(row["zeroed_share"]), pct(row["dead_share"]), pct(row["saturated_share"]))
+        if self.more > 0:
+            table.caption = f"{self.more} more modules in the JSON report"
+        return table
 
 
 def summary_line(report) -> Text:
