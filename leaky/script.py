@@ -3,6 +3,8 @@
 The script runs as `__main__` with its own `sys.argv` and its directory first on
 `sys.path`. After the configured number of steps leaky raises `StopObserving` (a
 BaseException, so `except Exception` in the script does not swallow it) and reports.
+However else the script ends (an exception, `sys.exit`, Ctrl-C) is kept as a
+`ScriptFailure` (leaky/failure.py): the exit status and traceback Python would have given.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 from leaky.audit import Audit
 from leaky.config import AuditConfig
-from leaky.failure import ScriptFailure, describe_exception, failure_of, is_leaky_frame
+from leaky.failure import ScriptFailure, failure_of, is_leaky_frame
 from leaky.record.recorder import StopObserving
 
 

@@ -103,10 +103,6 @@ def data_forms(draw, shape: tuple[int, ...]):
     return repr(nested), lambda: nested
 
 
-def _dtype_text(dtype) -> str:
-    return "" if dtype is None else f", dtype={dtype}"
-
-
 @st.composite
 def options(draw, dtypes, grad: bool = True):
     """dtype, device and requires_grad keywords (requires_grad only with a float result)."""
@@ -127,8 +123,8 @@ def _kw_text(kwargs: dict) -> str:
 
 
 @st.composite
-def data_calls(draw, shape=None):
-    shape = draw(shapes) if shape is None else shape
+def data_calls(draw):
+    shape = draw(shapes)
     text, data = draw(data_forms(shape))
     fn = draw(st.sampled_from(["tensor", "as_tensor", "new_tensor", "from_numpy"]
                               if text.startswith("np.array") else ["tensor", "as_tensor", "new_tensor"]))
@@ -140,7 +136,6 @@ def data_calls(draw, shape=None):
         kwargs["dtype"], kwargs["requires_grad"] = torch.float32, True
     if fn == "new_tensor":
         base_dtype = draw(st.sampled_from(_FLOATS))
-        kwargs.pop("device", None) if draw(st.booleans()) else None
         return Call(f"torch.zeros(1, dtype={base_dtype}).new_tensor({text}{_kw_text(kwargs)})",
                     lambda: torch.zeros(1, dtype=base_dtype).new_tensor(data(), **kwargs))
     make = getattr(torch, fn)
