@@ -8,8 +8,12 @@
     leaky explain dead-zone | LK106
     leaky demo
 
-Exit codes of `audit`: 0 no finding at or above --fail-on; 1 there are such findings;
-2 the script could not be run, or no backward pass was observed.
+Exit codes of `audit` and `watch` (EXIT_CODES below, printed by their --help): 0 no finding
+at or above --fail-on; 1 there are such findings; 2 the script could not be run, or no
+backward pass was observed; or the script's own nonzero status, as `python SCRIPT` would
+have ended (1 for an uncaught exception, N for `sys.exit(N)`, 130 for Ctrl-C), which wins
+over 1 for findings. The script's traceback, without leaky's frames, follows the report on
+stderr. `fix` ends with 0, 2 when it could judge nothing, or the unfixed run's own status.
 """
 from __future__ import annotations
 
@@ -23,9 +27,17 @@ from rich.live import Live
 from rich.text import Text
 
 from leaky.config import AuditConfig
+from leaky.failure import INTERRUPTED
 from leaky.finding import Severity
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+EXIT_CODES = """exit status:
+  0  no finding at or above --fail-on, and the script did not fail
+  1  findings at or above --fail-on{fail_fast}
+  2  the script could not be run, or no backward pass was observed (and it did not fail)
+  N  the script's own nonzero status, as `python SCRIPT` would end (1: an uncaught
+     exception; N: sys.exit(N); 130: Ctrl-C); it wins over 1 for findings. The
+     script's traceback, without leaky's frames, follows the report on stderr."""
 _FAIL_ON = ("error", "warning", "info", "never")
 
 
@@ -54,7 +66,8 @@ def _steps(text: str) -> int | None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaky", description="Find where backprop leaks in PyTorch training.")
     sub = parser.add_subparsers(dest="command", required=True)
-    audit = sub.add_parser("audit", help="run a training script under instrumentation and report leaks")
+    audit = sub.add_parser("audit", help="run a training script under instrumentation and report leaks",
+                           epilog=EXIT_CODES.format(fail_fast=""), formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("--steps", type=_steps, default=20, metavar="N",
                        help="optimizer steps to observe (backward calls if no optimizer); 'all' for the whole "
                             "script (default 20)")
@@ -68,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report here")
     audit.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
     audit.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    watch = sub.add_parser("watch", help="follow a whole training run cheaply and keep it in a store")
+    watch = sub.add_parser("watch", help="follow a whole training run cheaply and keep it in a store",
+                           epilog=EXIT_CODES.format(fail_fast=" (or --fail-fast stopped training)"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     watch.add_argument("--every", type=_positive, default=None, metavar="N",
                        help="observe every N-th step in detail (default 100)")
     watch.add_argument("--store", metavar="PATH", default="leaky-runs.db",
@@ -92,7 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a stored run's findings and timeline")
     show.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
     show.add_argument("--store", metavar="PATH", default="leaky-runs.db")
-    fix = sub.add_parser("fix", help="try the fix for each finding as a short run from the same start, and judge it")
+    fix = sub.add_parser("fix", help="try the fix for each finding as a short run from the same start, and judge it",
+                         epilog="exit status: 0; 2 when the script cannot be run or makes no optimizer step; "
+                                "or the unfixed run's own nonzero status, as `python SCRIPT` would end (its "
+                                "traceback follows on stderr); 130 on Ctrl-C")
     fix.add_argument("--steps", type=_positive, default=200, metavar="K",
                      help="training steps of each run (default 200)")
     fix.add_argument("--holdout", type=_positive, default=20, metavar="H",
@@ -218,34 +236,74 @@ def cmd_audit(args) -> int:
         return EXIT_UNUSABLE
     report = run.audit.report
     if not _main_process():
-        return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+        return _exit_status(run, report, args.fail_on)
+    notice = err if quiet else out    # leaky's closing lines: never into machine output on stdout
     if report.run.get("unauditable"):
         _error(f"cannot audit {args.script}: {report.run['unauditable']}.")
-        return EXIT_UNUSABLE
+        _end_of_script(run)
+        return run.failure.status if run.failure else EXIT_UNUSABLE
     for note in report.run.get("notes", []):
         _error(note)
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
-        reason = f" (the script stopped: {run.error})" if run.error else ""
-        _error(f"no backward pass was observed in {args.script}{reason}; nothing to audit. "
-               "Does the script call loss.backward()?")
         if args.json:
             _write_json(report, args.json)
-        return EXIT_UNUSABLE
+        return _nothing_observed(args.script, run, report, "audit")
     if args.format != "text":
         if not _write_formatted(report, args.format, args.output, args.script):
             return EXIT_UNUSABLE
     else:
         print_report(report, out, table=not args.no_table)
-    if report.run.get("internal_error"):
-        out.print(Text(f"leaky: observation stopped early on an internal error: {report.run['internal_error']}",
-                       style="red"))
-    if run.error:
-        out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
+    _closing_lines(notice, run, report)
     if args.json and not _write_json(report, args.json):
         return EXIT_UNUSABLE
     if args.html and not _write_html(args.html, report.to_dict(), None):
         return EXIT_UNUSABLE
-    return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+    _end_of_script(run)
+    return _exit_status(run, report, args.fail_on)
+
+
+# -- the script's end -------------------------------------------------------------------
+def _exit_status(run, report, fail_on: str) -> int:
+    """The script's own nonzero exit status wins; else 1 for findings at or above
+    --fail-on; else 0."""
+    if run.failure is not None:
+        return run.failure.status
+    return EXIT_FINDINGS if _fails(report, fail_on) else EXIT_OK
+
+
+def _nothing_observed(script: str, run, report, verb: str) -> int:
+    """No backward pass: say why (the script failed, leaky failed, or it never called
+    backward) and end with the script's own status when it failed."""
+    if run.failure is not None:
+        _error(f"{script} {run.failure.said()} before its first backward pass; nothing to {verb}.")
+        _end_of_script(run)
+        return run.failure.status
+    if report.run.get("internal_error"):
+        _error(f"leaky stopped observing {script} after an internal error before its first step "
+               f"({report.run['internal_error']}); nothing to {verb}. Please report this.")
+        return EXIT_UNUSABLE
+    _error(f"no backward pass was observed in {script}; nothing to {verb}. Does the script call loss.backward()?")
+    return EXIT_UNUSABLE
+
+
+def _closing_lines(console: Console, run, report) -> None:
+    """After the report: leaky's own failure, and how the script ended if it failed."""
+    if report.run.get("internal_error"):
+        console.print(Text(f"leaky: observation stopped early on an internal error: {report.run['internal_error']}",
+                           style="red"), soft_wrap=True)
+    if run.failure is not None:
+        console.print(Text(f"leaky: the script {run.failure.said()} after {report.run['steps']} steps; "
+                           "the report covers the steps before it.", style="red"), soft_wrap=True)
+
+
+def _end_of_script(run) -> None:
+    """What Python would have printed for the script's failure, if it failed: its
+    traceback (or SystemExit's message), on stderr, after leaky's report."""
+    from leaky.failure import print_failure
+
+    if run.failure is not None:
+        sys.stdout.flush()
+        print_failure(run.failure, sys.stderr)
 
 
 def _write_html(path: str, report: dict, run: dict | None) -> bool:
@@ -299,17 +357,14 @@ def cmd_watch(args) -> int:
         return EXIT_UNUSABLE
     report = run.audit.report
     if not _main_process():
-        return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+        return _exit_status(run, report, args.fail_on)
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
-        _error(f"no backward pass was observed in {args.script}; nothing to watch. "
-               "Does the script call loss.backward()?")
-        return EXIT_UNUSABLE
+        return _nothing_observed(args.script, run, report, "watch")
     print_report(report, out, table=not args.no_table)
     if run.audit.run_id is not None:
         out.print(Text(f"leaky: run {run.audit.run_id} stored in {args.store} "
                        f"(leaky show {run.audit.run_id} --store {args.store})", style="dim"))
-    if run.error:
-        out.print(Text(f"leaky: the script raised after {report.run['steps']} steps: {run.error}", style="red"))
+    _closing_lines(out, run, report)
     if args.json and not _write_json(report, args.json):
         return EXIT_UNUSABLE
     if args.html and not _write_html(args.html, report.to_dict(), _stored_run(args.store, run.audit.run_id)):
@@ -317,7 +372,9 @@ def cmd_watch(args) -> int:
     stopped = run.status == "stopped" and args.fail_fast
     if stopped:
         out.print(Text("leaky: --fail-fast stopped training at the first error.", style="red"))
-    return EXIT_FINDINGS if stopped or _fails(report, args.fail_on) else EXIT_OK
+        return EXIT_FINDINGS
+    _end_of_script(run)
+    return _exit_status(run, report, args.fail_on)
 
 
 def _open_store(path: str):
@@ -441,16 +498,33 @@ def cmd_fix(args) -> int:
             result = try_fixes(program, config, name, progress, on_step)
     except KeyboardInterrupt:
         _error("interrupted: no fix was judged")
-        return EXIT_UNUSABLE
-    if result.baseline.error and not result.baseline.steps:
-        _error(f"the script failed before its first optimizer step: {result.baseline.error}")
-        return EXIT_UNUSABLE
+        return INTERRUPTED
+    base = result.baseline
+    if base.failure is not None and not base.steps:
+        _error(f"{name} {base.failure.said()} before its first optimizer step; no fix to try.")
+        _trial_failure(base, with_output=True)
+        return base.failure.status
     data = result.to_dict()
     if args.json and not _emit(json.dumps(data, indent=2, default=str), args.json, "JSON result"):
         return EXIT_UNUSABLE
     if args.json != "-":
         render_fix(Console(highlight=False), data)
-    return EXIT_OK if result.baseline.steps else EXIT_UNUSABLE
+    if base.failure is not None:
+        _error(f"the unfixed run of {name} {base.failure.said()} after {base.steps} steps.")
+        _trial_failure(base)
+        return base.failure.status
+    return EXIT_OK if base.steps else EXIT_UNUSABLE
+
+
+def _trial_failure(trial, with_output: bool = False) -> None:
+    """The run's traceback on stderr; `with_output`: after its last output lines (a usage
+    message, say: `leaky fix` keeps the script's output to itself)."""
+    from leaky.failure import print_failure, strip_escapes
+
+    sys.stdout.flush()
+    if with_output and trial.output:
+        print(trial.output if sys.stderr.isatty() else strip_escapes(trial.output), file=sys.stderr)
+    print_failure(trial.failure, sys.stderr)
 
 
 # -- demo -------------------------------------------------------------------------------

@@ -3,19 +3,20 @@
 The script runs as `__main__` with its own `sys.argv` and its directory first on
 `sys.path`. After the configured number of steps leaky raises `StopObserving` (a
 BaseException, so `except Exception` in the script does not swallow it) and reports.
+However else the script ends (an exception, `sys.exit`, Ctrl-C) is kept as a
+`ScriptFailure` (leaky/failure.py): the exit status and traceback Python would have given.
 """
 from __future__ import annotations
 
 import os
 import runpy
 import sys
-import traceback
 from dataclasses import dataclass
 
 from leaky.audit import Audit
 from leaky.config import AuditConfig
+from leaky.failure import ScriptFailure, failure_of, is_leaky_frame
 from leaky.record.recorder import StopObserving
-from leaky.record.sites import _is_internal
 
 
 class ScriptError(Exception):
@@ -26,8 +27,15 @@ class ScriptError(Exception):
 class ScriptRun:
     audit: Audit
     status: str                 # "finished" | "stopped" | "failed" | "interrupted" | "exited"
-    error: str | None = None    # one line: the script's exception, if it raised
-    exit_code: int | None = None
+    error: str | None = None    # one line: the script's exception, if it raised or exited nonzero
+    failure: ScriptFailure | None = None   # how it failed: Python's exit status and traceback
+
+    @property
+    def exit_status(self) -> int | None:
+        """The status `python SCRIPT` would have ended with; None when leaky stopped it."""
+        if self.status == "stopped":
+            return None
+        return self.failure.status if self.failure else 0
 
 
 def check_script(path: str) -> str:
@@ -52,15 +60,20 @@ def check_script(path: str) -> str:
     return os.path.abspath(path)
 
 
-def describe_exception(exc: BaseException) -> str:
-    """`Type: message (file:line)` at the innermost frame of the user's code."""
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if not _is_internal(frame.filename) and frame.filename != __file__ and "runpy" not in frame.filename:
-            where = f" ({os.path.relpath(frame.filename)}:{frame.lineno})"
-            break
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}{where}"
+def _ended(run: ScriptRun, exc: BaseException) -> None:
+    run.failure = failure_of(exc)
+    run.status = ("exited" if isinstance(exc, SystemExit) else
+                  "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+    run.error = run.failure.summary if run.failure else None
+
+
+def _raised_inside_leaky(exc: BaseException) -> bool:
+    """Under LEAKY_STRICT=1 leaky's own errors propagate: its innermost frame is leaky's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename if tb is not None else __file__
+    return is_leaky_frame(filename) and os.path.abspath(filename) != os.path.abspath(__file__)
 
 
 def _stop() -> None:
@@ -85,14 +98,12 @@ def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, ma
                 runpy.run_path(script, run_name="__main__")
             except StopObserving:
                 run.status = "stopped"
-            except SystemExit as exc:
-                run.status, run.exit_code = "exited", exc.code if isinstance(exc.code, int) else 1
-            except KeyboardInterrupt:
-                run.status, run.error = "interrupted", "KeyboardInterrupt"
-            except Exception as exc:  # the script's own failure: report what was observed
-                run.status, run.error = "failed", describe_exception(exc)
+            except BaseException as exc:  # the script's own end: report what was observed, then it
+                if config.strict and _raised_inside_leaky(exc):
+                    raise
+                _ended(run, exc)
             audit.run_info.update({"script": script, "argv": list(args), "status": run.status,
-                                   "error": run.error})
+                                   "error": run.error, "exit_status": run.exit_status})
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return run

@@ -94,8 +94,8 @@ class Watch(Audit):
             sink.close()
         if self.store is not None:
             status = self.run_info.get("status") or _status(exc_type)
-            status = {"exited": "finished", "interrupted": "stopped"}.get(status, status)
-            error = self.run_info.get("error")
+            error = self.run_info.get("error")   # the script's failure in one line (a nonzero sys.exit too)
+            status = {"exited": "failed" if error else "finished", "interrupted": "stopped"}.get(status, status)
             if error is None and exc is not None and not isinstance(exc, StopObserving):
                 error = f"{type(exc).__name__}: {exc}"
             self.store.end_run(self.run_id, status, error or self.recorder.error)

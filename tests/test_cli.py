@@ -106,14 +106,16 @@ def test_unusable_scripts_exit_2_with_one_line(tmp_path, capsys, body, reason):
     assert len(err.strip().splitlines()) <= 2  # rich may wrap one long line
 
 
-def test_a_script_that_raises_is_reported_up_to_that_point(tmp_path, capsys):
+def test_a_script_that_raises_is_reported_up_to_that_point_and_exits_1(tmp_path, capsys):
     body = HEALTHY.replace("print(\"script finished\")", "raise ValueError('bad batch')")
     path = _script(tmp_path, body)
-    assert main(["audit", "--steps", "all", str(path), "4"]) == 0
-    out = capsys.readouterr().out
-    assert "4 steps observed" in out
-    assert "ValueError: bad batch" in out
-    assert "Traceback" not in out
+    assert main(["audit", "--steps", "all", str(path), "4"]) == 1     # as `python train.py 4` would
+    captured = capsys.readouterr()
+    assert "4 steps observed" in captured.out
+    assert "raised ValueError: bad batch" in captured.out
+    assert "Traceback" not in captured.out
+    assert captured.err.startswith("Traceback (most recent call last):")   # after the report, on stderr
+    assert captured.err.rstrip().endswith("ValueError: bad batch")
     assert no_leaky_left() == []
 
 
@@ -162,12 +164,14 @@ def test_explain_without_argument_lists_all_checks(capsys):
     assert all(code in out for code in CHECKS)
 
 
-def test_a_script_calling_sys_exit_is_reported(tmp_path, capsys):
+def test_a_script_calling_sys_exit_is_reported_and_exits_with_its_status(tmp_path, capsys):
     body = HEALTHY.replace('print("script finished")', "sys.exit(3)")
     path = _script(tmp_path, body)
-    assert main(["audit", "--steps", "all", "--json", str(tmp_path / "r.json"), str(path), "4"]) == 0
+    assert main(["audit", "--steps", "all", "--json", str(tmp_path / "r.json"), str(path), "4"]) == 3
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["run"]["status"] == "exited" and data["run"]["steps"] == 4
+    assert data["run"]["exit_status"] == 3 and data["run"]["error"].startswith("SystemExit: 3")
+    assert "exited with status 3 after 4 steps" in capsys.readouterr().out
     assert no_leaky_left() == []
 
 
@@ -231,8 +235,9 @@ def test_ctrl_c_in_the_script_reports_and_leaves_nothing(tmp_path, capsys):
     body = HEALTHY.replace('print("script finished")', "raise KeyboardInterrupt")
     path = _script(tmp_path, body)
     report = tmp_path / "r.json"
-    assert main(["audit", "--steps", "all", "--json", str(report), str(path), "3"]) == 0
+    assert main(["audit", "--steps", "all", "--json", str(report), str(path), "3"]) == 130   # 128 + SIGINT
     assert json.loads(report.read_text())["run"]["status"] == "interrupted"
+    assert capsys.readouterr().err.rstrip().endswith("KeyboardInterrupt")
     assert no_leaky_left() == []
 
 

@@ -277,16 +277,18 @@ def test_cli_fix_says_when_nothing_is_held_out(tmp_path, capsys):
     assert "before any held-out batch" in capsys.readouterr().out
 
 
-def test_cli_fix_errors_are_one_line(tmp_path, capsys):
+def test_cli_fix_errors_are_one_line_and_a_failing_script_ends_as_python_would(tmp_path, capsys):
     assert main(["fix", str(tmp_path / "missing.py")]) == 2
     assert main(["fix"]) == 2
     assert main(["fix", "--example", "no-such-example"]) == 2
     failing = tmp_path / "failing.py"
     failing.write_text("raise RuntimeError('no data in ./data')\n")
-    assert main(["fix", str(failing)]) == 2
+    assert main(["fix", str(failing)]) == 1        # the script's own status, as `python failing.py` ends
     captured = capsys.readouterr()
     assert "no such file" in captured.err and "--example NAME" in captured.err
-    assert "failed before its first optimizer step: RuntimeError: no data in ./data" in captured.err
+    assert "raised RuntimeError: no data in ./data (" in captured.err
+    assert "before its first optimizer step; no fix to try." in captured.err
+    assert captured.err.endswith("    raise RuntimeError('no data in ./data')\nRuntimeError: no data in ./data\n")
     assert "nothing to compare" not in captured.out
 
 

@@ -28,6 +28,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from leaky.audit import Audit
 from leaky.config import AuditConfig
+from leaky.failure import ScriptFailure, failure_of
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
 from leaky.record.recorder import StopObserving
@@ -45,7 +46,7 @@ class Trial:
     holdout: list[float]                # loss on the H batches after step K, model frozen at step K
     seconds: float
     status: str                         # "stopped" (after K + H steps) | "finished" | "failed" | "exited"
-    error: str | None = None
+    error: str | None = None            # one line: the program's exception, if it raised or exited nonzero
     applied: list[str] = field(default_factory=list)   # what the fix changed (empty: never met)
     report: Report | None = None
     stats: AuditStats | None = None
@@ -53,6 +54,7 @@ class Trial:
     backward_site: tuple[str, int] | None = None       # where the first loss.backward() was called
     module_sites: dict[int, tuple[str, int]] = field(default_factory=dict)   # id(module) -> where built
     modules: object = None              # the audit's ModuleTracker: paths and types of the modules
+    failure: ScriptFailure | None = None   # how the program failed: Python's exit status and traceback
 
     @property
     def steps(self) -> int:
@@ -205,13 +207,11 @@ def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: in
               holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None,
               on_step: Callable[[int, int], None] | None = None) -> Trial:
     """Run `program` once under a seed offset, an optional fix, an audit and the step control."""
-    from leaky.script import describe_exception
-
     fix = make_fix() if make_fix is not None else None
     control = StepControl(steps, holdout, holdout_fix, on_step)
     audit = Audit(config=AuditConfig(steps=min(audit_steps, steps)))
     output = io.StringIO()
-    status, error = "finished", None
+    status, failure = "finished", None
     start = time.perf_counter()
     with SeedOffset(offset), (fix or contextlib.nullcontext()), control, audit, \
             (fix.outer() if fix else contextlib.nullcontext()):
@@ -221,12 +221,13 @@ def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: in
         except StopObserving:
             status = "stopped"
         except SystemExit as exc:
-            status = "exited" if exc.code not in (0, None) else "finished"
+            failure = failure_of(exc)
+            status = "exited" if failure else "finished"
         except Exception as exc:   # the program's own failure: keep what ran
-            status, error = "failed", describe_exception(exc)
+            status, failure = "failed", failure_of(exc)
     seconds = time.perf_counter() - start
     losses, held = control.results()
     tail = "\n".join(output.getvalue().splitlines()[-5:])
-    return Trial(offset, label, losses, held, seconds, status, error, fix.applied if fix else [],
-                 audit.report, audit.stats, tail, control.backward_site, control.module_sites,
-                 audit.recorder.modules)
+    return Trial(offset, label, losses, held, seconds, status, failure.summary if failure else None,
+                 fix.applied if fix else [], audit.report, audit.stats, tail, control.backward_site,
+                 control.module_sites, audit.recorder.modules, failure)

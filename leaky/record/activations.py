@@ -13,6 +13,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from leaky.record.reduce import amax_over, other_dims, sum_over
+
 HIST_BINS = 32
 HIST_LOW = -16.0  # log10 of the smallest local derivative share kept apart
 # NOTE: whether a ReLU unit fired at all is taken at every observed call (one max per unit:
@@ -106,7 +108,7 @@ class UnitStats:
             return
         if not x.numel():
             return
-        dims = [d for d in range(x.ndim) if d != self.unit_dim]
+        dims = other_dims(x.ndim, self.unit_dim)
         per_unit = x.numel() // max(self.units, 1)
         self.samples += per_unit
         if count:
@@ -117,7 +119,7 @@ class UnitStats:
                 self.active = fired if self.active is None else self.active + fired
                 any_fired = fired > 0
             else:
-                any_fired = (x.amax(dims) if dims else x) > 0   # a NaN in the unit: not fired (a non-finite step)
+                any_fired = amax_over(x, dims) > 0   # a NaN in the unit: not fired (a non-finite step)
             now = torch.full(any_fired.shape, step, dtype=torch.long, device=x.device)
             base = torch.full_like(now, -1) if self.last_active is None else self.last_active
             self.last_active = torch.where(any_fired, now, base)
@@ -146,7 +148,7 @@ class UnitStats:
     def _update_softmax(self, x: Tensor) -> None:
         dim = self.detail.get("dim", -1)
         peak = (x.amax(dim=dim) > 0.99).sum()
-        self.rows += x.numel() // max(x.shape[dim], 1)
+        self.rows += x.numel() // max(x.shape[dim] if x.ndim else 1, 1)   # a 0-d softmax: one row
         self.peaked_rows = peak if self.peaked_rows is None else self.peaked_rows + peak
 
     def host(self) -> dict:
@@ -170,14 +172,12 @@ def count_positive(x: Tensor, dims: list[int], per_unit: int, nonnegative: bool 
     torch's sign is (0 < x) - (x < 0), so sign(NaN) = 0 like NaN > 0; were it NaN on some
     backend, the unit holding it would count 0 for that step (already a non-finite step).
     """
-    if not dims:   # one sample per unit (an unbatched vector); sum(dim=[]) would sum them all
-        return (x > 0).long()
     if per_unit >= _EXACT_FLOAT_SUM:
-        return (x > 0).sum(dims)
+        return sum_over(x > 0, dims, dtype=torch.long)
     signs = x.sign()
     if not nonnegative:
         signs.clamp_(min=0)
-    return signs.sum(dims, dtype=torch.float32).nan_to_num_(nan=0.0).long()
+    return sum_over(signs, dims, dtype=torch.float32).nan_to_num_(nan=0.0).long()
 
 
 def median_from_hist(hist) -> float | None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from leaky.record.reduce import other_dims, sum_over
+
 # Loss functions and what their first argument must be.
 LOSSES: dict[str, str] = {
     "cross_entropy": "logits", "binary_cross_entropy_with_logits": "logits",
@@ -88,10 +90,10 @@ class InputProbe:
         with torch.no_grad():
             # NOTE: float64 sums: E[x^2] - mean^2 cancels badly in float32 when |mean| >> std.
             data = x.detach().double()
-            dims = [d for d in range(data.ndim) if d != self.feature_dim]
+            dims = other_dims(data.ndim, self.feature_dim)
             self.count += data.numel() // self.features
-            self.total = _running(self.total, data.sum(dims), torch.add)
-            self.squares = _running(self.squares, (data * data).sum(dims), torch.add)
+            self.total = _running(self.total, sum_over(data, dims), torch.add)
+            self.squares = _running(self.squares, sum_over(data * data, dims), torch.add)
 
     def host(self) -> tuple[list[float], list[float]]:
         mean = self.total / max(self.count, 1)

@@ -169,6 +169,10 @@ class Recorder(StepTracking):
             self.error = f"{type(exc).__name__}: {exc}"
             warnings.warn(f"leaky stopped observing after an internal error ({self.error}); "
                           "training continues unobserved. Please report this.", RuntimeWarning, stacklevel=2)
+        self._stop_observing()
+
+    def _stop_observing(self) -> None:
+        """Training goes on unobserved; what was recorded so far is kept."""
         self.observing = False
         self.active = False
         self.grads.active = False
@@ -206,8 +210,9 @@ class Recorder(StepTracking):
         main = outputs[0].grad_fn
         if main is None or self._mark in main.metadata:
             return
-        if outputs[0].is_meta:
+        if outputs[0].is_meta:   # nothing to measure: stop here, before a meta tensor is read
             self.unauditable = "the model runs on the meta device: its tensors have shapes but no values"
+            self._stop_observing()
             return
         module = self.modules.current
         if module is not None and self.modules.infos[module].called_by_torch is None:
