@@ -360,6 +360,8 @@ def cmd_watch(args) -> int:
         return _exit_status(run, report, args.fail_on)
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
         return _nothing_observed(args.script, run, report, "watch")
+    for note in report.run.get("notes", []):
+        _error(note)
     print_report(report, out, table=not args.no_table)
     if run.audit.run_id is not None:
         out.print(Text(f"leaky: run {run.audit.run_id} stored in {args.store} "
