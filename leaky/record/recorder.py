@@ -26,6 +26,7 @@ from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.origins import OriginWatch, bare_method_statement
 from leaky.record.sites import SiteTable, SourceLocator
 from leaky.record.steps import StepTracking
+from leaky.record.warning_source import WarningSource
 from leaky.fold import StatsBuilder
 from leaky.stats import AuditStats, CutEvent
 
@@ -85,6 +86,7 @@ class Recorder(StepTracking):
         self._backward_patch = TensorBackwardPatch(self._on_tensor_backward)
         self.active = False        # between __enter__ and __exit__, with no internal error
         self.last_optimizer: torch.optim.Optimizer | None = None
+        self.warning_source = WarningSource()   # torch's warnings point at the user's line, not leaky's
         self.modules = ModuleTracker()
         self.sites = SiteTable()
         self.locator = SourceLocator()
@@ -121,6 +123,7 @@ class Recorder(StepTracking):
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
+        self.warning_source.__enter__()
         self.modules.__enter__()
         self.origins.__enter__()
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
@@ -150,6 +153,7 @@ class Recorder(StepTracking):
             self.modules.__exit__()
             self.functions.__exit__()
             self.origins.__exit__()
+            self.warning_source.__exit__()
         if self.buffer.records and self.error is None:
             self.guarded(self._flush)
         if self.error is None and (self.monitor.pending or self.monitor.loss is not None):
