@@ -13,6 +13,7 @@ parameters' .grad as they were.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterable
 
 import torch
@@ -20,6 +21,7 @@ import torch
 from leaky.audit import audit
 from leaky.finding import Finding, Severity
 from leaky.report.terminal import finding_renderable
+from leaky.stats import AuditStats
 
 _RANK = {"error": 2, "warning": 1, "info": 0}
 
@@ -70,4 +72,10 @@ def assert_gradient_flow(model: torch.nn.Module, batch, loss_fn: Callable, *,
     return findings
 
 
-__all__ = ["assert_gradient_flow", "Severity"]
+def stats(**fields) -> AuditStats:
+    """Hand-built AuditStats for a check's small tests: every field empty unless given,
+    e.g. `stats(series=(SeriesRow(0, 1.0, 1.0, 0.1, 0), ...), optimizers=(...,))`."""
+    return dataclasses.replace(AuditStats.empty(), **fields)
+
+
+__all__ = ["assert_gradient_flow", "stats", "Severity"]

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 from leaky.checks._util import line_of
-from leaky.finding import Finding
+from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
 MIN_PERIOD = 8        # steps between resets for a period to be judged on its own
@@ -54,6 +54,20 @@ class Objective:
         if current:
             periods.append(current)
         return periods
+
+    def period_drop(self) -> float | None:
+        """The median relative drop of the loss within the periods between resets, from the
+        first third of a period to its last (None: fewer than three periods to judge)."""
+        drops = []
+        for period in self.periods():
+            losses = [loss for _, loss in period if math.isfinite(loss)]
+            third = len(losses) // 3
+            if third < 2:
+                continue
+            start, end = statistics.mean(losses[:third]), statistics.mean(losses[-third:])
+            if start != 0:
+                drops.append((start - end) / abs(start))
+        return statistics.median(drops) if len(drops) >= 3 else None
 
     def resets_too_frequent(self) -> bool:
         """Resets every few steps (a soft target update each step): no period to judge."""
@@ -130,8 +144,10 @@ def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: st
     only in the given direction (None: either): a too-high rate explains a rising loss, a
     too-low one a flat loss, and either a loss that hovers."""
     def fits(f: Finding) -> bool:
-        return f.code in codes and (f.code != "LK202" or update_direction is None
-                                    or f.evidence.get("direction") == update_direction)
+        # NOTE: an info finding (a quarter of a layer's units silent, say) is normal in healthy
+        # models: it explains nothing.
+        return (f.code in codes and f.severity is not Severity.INFO
+                and (f.code != "LK202" or update_direction is None or f.evidence.get("direction") == update_direction))
     return sorted((f for f in findings if fits(f)), key=lambda f: (-f.severity.rank, codes.index(f.code)))
 
 

@@ -50,13 +50,23 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
     if curve.steps < config.loss_min_steps or abs(curve.start) < 1e-8:
         return None
     drop = (curve.start - curve.end) / abs(curve.start)
+    if objective.moving_target:
+        # NOTE: against a moving target the loss is comparable only within a period between
+        # syncs; over the run its level follows the target's.
+        drop = None if objective.resets_too_frequent() else objective.period_drop()
+        if drop is None:
+            return None
     if drop >= config.loss_flat_share or drop < -_RISE:
         return None   # learning, or rising (LK205's business)
     found = causes(findings, _EXPLAINS, update_direction=None)
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
-    flat = (f"the loss{whose(stats, objective)} went from {num(curve.start)} (mean of the first steps) to "
-            f"{num(curve.end)} (mean of the last) over {curve.steps} steps: {change}, short of the "
-            f"{100 * config.loss_flat_share:g}% drop that counts as learning.")
+    short = f"short of the {100 * config.loss_flat_share:g}% drop that counts as learning."
+    if objective.moving_target:
+        flat = (f"the loss{whose(stats, objective)} does not fall between the syncs of its target: from the first "
+                f"third of a period to its last it ends a median {change}, {short}")
+    else:
+        flat = (f"the loss{whose(stats, objective)} went from {num(curve.start)} (mean of the first steps) to "
+                f"{num(curve.end)} (mean of the last) over {curve.steps} steps: {change}, {short}")
     evidence = {"loss_start": curve.start, "loss_end": curve.end, "relative_drop": drop, "steps": curve.steps,
                 "explained_by": [f.code for f in found], "optimizer": objective.optimizer}
     if found:

@@ -123,7 +123,7 @@ class StepTracking:
         self._stepped.add(id(optimizer))
         self.observing = False   # the optimizer's own ops are not the model's
         self._suspend_mode()
-        return self._observe_closure(args, kwargs, sampled)
+        return self._observe_closure(optimizer, args, kwargs, sampled)
 
     def _note_step_origin(self, optimizer, sampled: bool) -> None:
         """Where this optimizer is stepped, whether a zero_grad() cleared its gradients
@@ -140,19 +140,25 @@ class StepTracking:
         if sampled:
             origin.note_lrs(optimizer)
 
-    def _observe_closure(self, args, kwargs, sampled: bool):
+    def _observe_closure(self, optimizer, args, kwargs, sampled: bool):
         """optimizer.step(closure) runs forward and backward inside the step (Lightning,
-        LBFGS): observe the closure as the step's training code, not as optimizer internals."""
-        closure = kwargs.get("closure", args[0] if args else None)
+        LBFGS): observe the closure as the step's training code, not as optimizer internals.
+
+        NOTE: the hook's `args` hold the optimizer itself first (step is a method), then the
+        closure when it is passed by position."""
+        at = 1 if args and args[0] is optimizer else 0
+        closure = kwargs.get("closure", args[at] if len(args) > at else None)
         if not callable(closure):
             return None
-        origin = self.origins.optimizer(self.last_optimizer)
+        origin = self.origins.optimizer(optimizer)
         origin.closure_calls_now = 0
 
         def observed_closure(*a, **k):
             origin.closure_calls_now += 1
             origin.closure_calls = max(origin.closure_calls, origin.closure_calls_now)
-            if sampled and self.active and self.error is None:
+            # NOTE: only the first evaluation is observed in detail: a line search (LBFGS)
+            # re-runs the same graph up to max_iter times a step, at points close together.
+            if sampled and self.active and self.error is None and origin.closure_calls_now == 1:
                 self.observing = True
                 self._resume_mode()
             try:
@@ -163,7 +169,7 @@ class StepTracking:
 
         if "closure" in kwargs:
             return args, {**kwargs, "closure": observed_closure}
-        return (observed_closure, *args[1:]), kwargs
+        return (*args[:at], observed_closure, *args[at + 1:]), kwargs
 
     def _after_opt_step(self, optimizer, args, kwargs) -> None:
         if getattr(self, "_in_step", False):
