@@ -521,6 +521,7 @@ class StatsBuilder:
                           tuple((step, r) for step, r, graded, _, _ in updates if r is not None and graded),
                           sum(1 for u in graded_steps if u == 0), len(graded_steps), optimizer, group,
                           _source(where), order is not None and first is not None and order > first,
-                          float(np.median(bounds)) if bounds else None)
+                          float(np.median(bounds)) if bounds else None,
+                          None if key is None else (self.modules.name(self.modules.infos[key].root) or ""))
 
 

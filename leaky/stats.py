@@ -107,6 +107,7 @@ class ParamStats:
     created_after_optimizer: bool = False   # created after the first optimizer was built
     loss_change_bound: float | None = None  # median over sampled steps of ||g|| * ||Δw||: at first
                                             # order, the most one step of this parameter changes the loss
+    root: str | None = None       # the root model it belongs to (its name, "" for an unnamed one)
 
 
 @dataclass(frozen=True)

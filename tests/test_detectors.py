@@ -121,3 +121,38 @@ def test_a_gan_whose_generator_is_never_zeroed():
             opt_g.step()
     (finding,) = audit.report.by_code("LK203")
     assert finding.evidence["modules"] == ["gen.0", "gen.2"]
+
+
+def test_a_copy_that_is_only_evaluated_is_not_cut_off_without_an_optimizer():
+    # word_language_model's idiom: manual SGD on p.data, then the best checkpoint reloaded
+    # (a second model object) and evaluated under no_grad
+    import copy
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with leaky.audit(steps=None) as audit:
+        for _ in range(5):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+        best = copy.deepcopy(model)
+        with torch.no_grad():
+            F.mse_loss(best(x), y)
+    assert not audit.report.by_code("LK108")
+
+
+def test_a_branch_cut_off_without_an_optimizer_is_still_found():
+    torch.manual_seed(0)
+    trunk, head = nn.Linear(8, 16), nn.Linear(16, 1)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with leaky.audit(steps=None) as audit:
+        for _ in range(5):
+            head.zero_grad()
+            features = trunk(x).detach()
+            loss = F.mse_loss(head(features), y)
+            loss.backward()
+            for p in head.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+    assert [f.module for f in audit.report.by_code("LK108")] == ["trunk"]

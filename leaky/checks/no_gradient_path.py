@@ -4,6 +4,9 @@ A parameter's .grad stays None when no differentiable path connects it to the lo
 `.detach()`, `.data`, a numpy round trip, a `torch.no_grad()` block, or a branch whose
 output is never used. Trainable means requires_grad=True and, when an optimizer ran, in one
 of its param groups: a frozen backbone and a detached target network are not findings.
+Without an optimizer (parameters updated by hand), a model none of whose parameters got a
+gradient and that ran only under no_grad is only evaluated (the best checkpoint reloaded
+for testing, a target network): not a finding.
 Gradients that backward() computed and a zero_grad() cleared before the step are not a
 cut path: that is LK201 stale-parameter.
 """
@@ -42,6 +45,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     if stats.steps == 0:
         return []
     cut_off: dict[str | None, list] = defaultdict(list)
+    trained_roots = {p.root for p in stats.params if p.grad_steps}
     for param in stats.params:
         if not param.requires_grad or param.grad_steps > 0:
             continue
@@ -51,8 +55,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue   # LK201: backward() computed it, a zero_grad() before the step cleared it
         if param.module is None:
             continue   # not part of any model that ran (e.g. a replaced layer still in the optimizer)
-        if not stats.used_optimizer and not any(p.grad_steps for p in stats.params):
-            continue
+        if not stats.used_optimizer and param.root not in trained_roots and param.module not in stats.modules_ran:
+            continue   # only evaluated, under no_grad, in a model none of whose parameters got a gradient
         cut_off[param.module].append(param)
     return [_finding(module, params, stats) for module, params in cut_off.items()]
 
