@@ -2,7 +2,7 @@
 models called through the agent's methods (never through its forward), one optimizer over
 both, a clipped policy loss, a value loss and an entropy bonus.
 
-The environment is a small balancing task written here (no gym).
+The environment is balance_env.Balance, a small task written here (no gym).
 
     python actor_critic_one_agent.py [--iterations N]
 """
@@ -13,29 +13,14 @@ import torch
 from torch import nn
 from torch.distributions.categorical import Categorical
 
+from balance_env import Balance
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--iterations", type=int, default=12)
 parser.add_argument("--num-steps", type=int, default=128)
 args = parser.parse_args()
 np.random.seed(1)
 torch.manual_seed(1)
-
-
-class Balance:
-    def __init__(self):
-        self.rng = np.random.default_rng(1)
-
-    def reset(self):
-        self.t, self.s = 0, self.rng.uniform(-0.05, 0.05, size=4)
-        return self.s.astype(np.float32)
-
-    def step(self, action):
-        push = 0.02 if action == 1 else -0.02
-        self.s = self.s + np.array([self.s[1], 0.05 * self.s[0] + push, self.s[3], 0.01 * self.s[2]]) * 0.5
-        self.s += self.rng.normal(0, 0.005, size=4)
-        self.t += 1
-        done = abs(self.s[0]) > 1 or abs(self.s[2]) > 1 or self.t >= 100
-        return self.s.astype(np.float32), 1.0, done
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):

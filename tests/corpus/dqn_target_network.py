@@ -1,8 +1,7 @@
 """A DQN with a target network synced every N optimizer steps, in the idiom of CleanRL's dqn.py:
 epsilon-greedy acting, a replay buffer, a TD target from the target network under no_grad.
 
-The environment is a small balancing task written here (no gym): the state drifts, the
-action pushes it back, reward 1 per step until it leaves [-1, 1] or 100 steps pass.
+The environment is balance_env.Balance, a small task written here (no gym).
 
     python dqn_target_network.py [--total-timesteps N] [--target-network-frequency F]
 """
@@ -14,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from balance_env import Balance
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--total-timesteps", type=int, default=7000)
 parser.add_argument("--learning-starts", type=int, default=500)
@@ -24,23 +25,6 @@ args = parser.parse_args()
 random.seed(1)
 np.random.seed(1)
 torch.manual_seed(1)
-
-
-class Balance:
-    def __init__(self):
-        self.rng = np.random.default_rng(1)
-
-    def reset(self):
-        self.t, self.s = 0, self.rng.uniform(-0.05, 0.05, size=4)
-        return self.s.astype(np.float32)
-
-    def step(self, action):
-        push = 0.02 if action == 1 else -0.02
-        self.s = self.s + np.array([self.s[1], 0.05 * self.s[0] + push, self.s[3], 0.01 * self.s[2]]) * 0.5
-        self.s += self.rng.normal(0, 0.005, size=4)
-        self.t += 1
-        done = abs(self.s[0]) > 1 or abs(self.s[2]) > 1 or self.t >= 100
-        return self.s.astype(np.float32), 1.0, done
 
 
 class QNetwork(nn.Module):
