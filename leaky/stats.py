@@ -251,6 +251,7 @@ class AuditStats:
     optimizers: tuple[OptimizerStats, ...] = ()   # the optimizers that stepped, in order of their first step
     casts: tuple[CastStats, ...] = ()
     idle_source: Source | None = None   # idle optimizer: a bare `optimizer.step` statement, or the backward() call
+    compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
 
     @classmethod
     def empty(cls) -> "AuditStats":

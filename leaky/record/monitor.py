@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from leaky.record import distributed
+from leaky.record.compiled import outside_graphs
 
 
 class TensorBackwardPatch:
@@ -39,6 +40,7 @@ class TensorBackwardPatch:
                 patch.inside = False
 
         backward.__doc__ = original.__doc__
+        backward = outside_graphs(backward, traced=original)
         backward.__wrapped__ = original
         torch.Tensor.backward = backward
         return self
