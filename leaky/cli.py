@@ -304,6 +304,8 @@ def cmd_watch(args) -> int:
         _error(f"no backward pass was observed in {args.script}; nothing to watch. "
                "Does the script call loss.backward()?")
         return EXIT_UNUSABLE
+    for note in report.run.get("notes", []):
+        _error(note)
     print_report(report, out, table=not args.no_table)
     if run.audit.run_id is not None:
         out.print(Text(f"leaky: run {run.audit.run_id} stored in {args.store} "
