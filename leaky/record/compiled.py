@@ -163,9 +163,10 @@ class CompiledCalls:
         module's compiled call is put back on exit. (A module: OptimizedModule, see _install.)"""
         if compiled is model or isinstance(compiled, torch.nn.Module) or not callable(compiled):
             return compiled   # compile disabled, or an OptimizedModule
+        optimizer = _optimizer_stepped_by(model)
+        if optimizer is not None:
+            return self._wrap_step(optimizer, compiled)
         owner = getattr(model, "__self__", None)
-        if isinstance(owner, torch.optim.Optimizer) and getattr(model, "__name__", None) == "step":
-            return self._wrap_step(owner, compiled)
         owner = owner if isinstance(owner, torch.nn.Module) else None
         if owner is not None and getattr(model, "__func__", None) is torch.nn.Module._call_impl:
             self._in_place.append((weakref.ref(owner), compiled))
@@ -178,8 +179,8 @@ class CompiledCalls:
         return outside_graphs(call, traced=compiled)
 
     def _wrap_step(self, optimizer: torch.optim.Optimizer, compiled: Callable) -> Callable:
-        """`torch.compile(optimizer.step)`: Dynamo traces the optimizer's step hooks, so
-        leaky's (pass-throughs when traced) are called here instead, around the compiled step."""
+        """`torch.compile(optimizer.step)`: Dynamo would trace the optimizer's step hooks, so
+        leaky's are called here instead, around the compiled step, which runs without them."""
         calls = self
 
         @functools.wraps(compiled)
@@ -190,7 +191,8 @@ class CompiledCalls:
             changed = rec._before_opt_step(optimizer, args, kwargs)
             if changed is not None:
                 args, kwargs = changed   # a closure, observed as training code
-            out = compiled(*args, **kwargs)
+            with rec.step_hooks_off():   # also when Dynamo falls back to running the step eagerly
+                out = compiled(*args, **kwargs)
             rec._after_opt_step(optimizer, args, kwargs)
             return out
 
@@ -238,6 +240,25 @@ class CompiledCalls:
         key = tracker.key_of(module)
         self.module_keys.update(tracker.key_of(inner) for inner in module.modules())
         return key
+
+
+def _optimizer_stepped_by(fn: Any) -> torch.optim.Optimizer | None:
+    """The optimizer whose `step` this is: a bound `optimizer.step`, or the wrapper an LR
+    scheduler puts in its place (it holds a weak reference to the optimizer)."""
+    if getattr(fn, "__name__", None) != "step":
+        return None
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.optim.Optimizer):
+        return owner
+    try:
+        held = inspect.getclosurevars(fn).nonlocals.values()
+    except (TypeError, ValueError):
+        return None
+    for value in held:
+        value = value() if isinstance(value, weakref.ref) else value
+        if isinstance(value, torch.optim.Optimizer):
+            return value
+    return None
 
 
 def _modules_used_by(fn: Any) -> list[torch.nn.Module]:

@@ -112,6 +112,7 @@ class Recorder(StepTracking):
         self._checked = ("leaky-finite", id(self))   # node.metadata: its output was checked
         self._rates_counted_at: int | None = None      # the last step that counted unit rates
         self._mode = OpMode(self)
+        self._step_hooks = (outside_graphs(self._before_opt_step), outside_graphs(self._after_opt_step))
         self._handles: list = []
         self._mode_on = False
         self._calls_since_step = 0
@@ -126,8 +127,7 @@ class Recorder(StepTracking):
     def __enter__(self) -> "Recorder":
         self.modules.__enter__()
         self.origins.__enter__()
-        self._handles.append(optim_globals.register_optimizer_step_pre_hook(outside_graphs(self._before_opt_step)))
-        self._handles.append(optim_globals.register_optimizer_step_post_hook(outside_graphs(self._after_opt_step)))
+        self._hook_steps()
         self.functions.__enter__()
         self.compiled.__enter__()
         self._backward_patch.__enter__()
@@ -183,6 +183,22 @@ class Recorder(StepTracking):
             fn(*args)
         except Exception as exc:
             self.fail(exc)
+
+    def _hook_steps(self) -> None:
+        self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._step_hooks[0]))
+        self._handles.append(optim_globals.register_optimizer_step_post_hook(self._step_hooks[1]))
+
+    @contextmanager
+    def step_hooks_off(self):
+        """A compiled optimizer step: leaky's step hooks are called around it (see
+        record/compiled.py), so the step itself runs without them, as it would without leaky."""
+        for handle in self._handles:   # the step hooks are its only handles
+            handle.remove()
+        self._handles.clear()
+        try:
+            yield
+        finally:
+            self._hook_steps()
 
     @contextmanager
     def left_out(self):
