@@ -6,18 +6,20 @@ into the user's graphs, broken them at every op (a frame walk cannot be traced),
 recompiled leaky's functions up to its recompile limit and run the model op by op: another
 program, slower and rounded differently, with warnings that name leaky's functions. So:
 
-- `CompiledCalls` runs every call of a compiled module (`torch.compile(module)`, and
-  `module.compile()` while the audit runs) with leaky's mode, module hooks and
-  `Function.apply` patch taken off: Dynamo sees what it sees without leaky, and losses
-  and parameters are the same bit for bit. The module is named first, so its parameters
-  keep their paths.
+- `CompiledCalls` runs every call of compiled code (`torch.compile(module)`; and, made
+  while the audit runs, `module.compile()` and compiled functions) with leaky's mode,
+  module hooks and `Function.apply` patch taken off: Dynamo sees what it sees without
+  leaky, and losses and parameters are the same bit for bit. A compiled module is named
+  first, so its parameters keep their paths. A compiled `optimizer.step` runs without
+  leaky's step hooks, which are called around it instead.
 - `outside_graphs` wraps every callback leaky hands to torch. Traced by Dynamo anyway (a
-  compiled function, a module compiled before the audit began), it is a pass-through:
-  nothing of leaky's enters a graph. Called eagerly while compiled code runs (a hook
-  between two graphs), it runs with Dynamo off, so no function of leaky's is compiled.
+  module compiled in place before the audit began), it is a pass-through: nothing of
+  leaky's enters a graph. Called eagerly while compiled code runs (a hook between two
+  graphs), it runs with Dynamo off, so no function of leaky's is compiled.
 
-What leaky sees of a compiled module is what crosses its boundary: the loss, each
-parameter's gradient and update, and the steps (`NOTE`).
+What leaky sees of compiled code is what crosses its boundary: the loss, each parameter's
+gradient and update, and the steps (`NOTE`). With TORCH_COMPILE_DISABLE=1 the same code
+runs eagerly and is observed op by op.
 """
 from __future__ import annotations
 
