@@ -41,12 +41,10 @@ def no_leaky_left() -> list[str]:
     for (owner, name), original in _ORIGINALS.items():
         if owner.__dict__.get(name) is not original and not _torchs_own(owner.__dict__.get(name)):
             left.append(f"{owner.__name__}.{name} patch")
-    if torch.compile is not _COMPILE:
+    if _leakys(torch.compile):   # (Lightning wraps torch.compile at import: compare with leaky's own)
         left.append("torch.compile patch")
-    if "torch._dynamo.eval_frame" in sys.modules:   # record/compiled.py wraps OptimizedModule calls
-        from torch._dynamo import eval_frame
-        if eval_frame.OptimizedModule.__dict__["__call__"].__code__.co_filename != eval_frame.__file__:
-            left.append("OptimizedModule.__call__ patch")
+    if "torch._dynamo.eval_frame" in sys.modules and _leakys(sys.modules["torch._dynamo.eval_frame"].OptimizedModule.__call__):
+        left.append("OptimizedModule.__call__ patch")
     return left
 
 
@@ -57,7 +55,11 @@ _ORIGINALS = {(owner, name): owner.__dict__[name] for owner, name in [
     (torch.optim.lr_scheduler.ReduceLROnPlateau, "__init__"), (torch.amp.autocast_mode.autocast, "__enter__")]}
 
 
-_COMPILE = torch.compile
+def _leakys(fn) -> bool:
+    """A wrapper made by record/compiled.py."""
+    from leaky.record import compiled
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == compiled.__file__
 
 
 def _torchs_own(fn) -> bool:

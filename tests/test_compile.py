@@ -342,3 +342,23 @@ def test_dynamos_own_patch_made_during_an_audit_outlives_it():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_a_library_that_wraps_torch_compile_during_the_audit_keeps_its_wrapper():
+    """Lightning wraps torch.compile when it is imported, which may happen while the audit
+    runs: the audit's exit leaves that wrapper (and leaky's, beneath it, only calls through)."""
+    before = torch.compile
+    try:
+        with leaky.audit():
+            inner = torch.compile
+
+            def theirs(*args, **kwargs):
+                return inner(*args, **kwargs)
+
+            torch.compile = theirs
+        assert torch.compile is theirs and no_leaky_left() == []
+        double = torch.compile(lambda x: 2 * x, backend="eager")
+        assert torch.equal(double(torch.ones(2)), torch.full((2,), 2.0))
+        assert no_leaky_left() == []   # leaky's, beneath, installed nothing again
+    finally:
+        torch.compile = before

@@ -95,6 +95,7 @@ class CompiledCalls:
         self._seen: set[int] = set()
         self._depth = 0
         self._compile = None                  # torch.compile as it was
+        self._compile_wrapper = None          # ours
         self._module_call = None              # OptimizedModule.__call__ as it was
         self._in_place: list[tuple] = []      # (weakref to a module, its compiled call before ours)
 
@@ -106,17 +107,22 @@ class CompiledCalls:
         @functools.wraps(original)
         def compile(model=None, *args, **kwargs):
             compiled = original(model, *args, **kwargs)
+            if calls._compile is None:
+                return compiled   # after the audit, beneath another library's wrapper (see __exit__)
             calls._install()
             return calls._wrap(model, compiled)
 
-        torch.compile = compile
+        torch.compile = self._compile_wrapper = compile
         if "torch._dynamo.eval_frame" in sys.modules:   # compiled modules may exist already
             self._install()
         return self
 
     def __exit__(self, *exc) -> None:
         if self._compile is not None:
-            torch.compile = self._compile
+            # NOTE: a library imported meanwhile may have wrapped ours (Lightning wraps
+            # torch.compile at import): then ours stays beneath it, calling through.
+            if torch.compile is self._compile_wrapper:
+                torch.compile = self._compile
             self._compile = None
         if self._module_call is not None:
             from torch._dynamo.eval_frame import OptimizedModule
