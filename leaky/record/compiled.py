@@ -109,12 +109,12 @@ class CompiledCalls:
             compiled = original(model, *args, **kwargs)
             if calls._compile is None:
                 return compiled   # after the audit, beneath another library's wrapper (see __exit__)
-            calls._install()
+            calls.recorder.guarded(calls._install)   # it reaches into torch._dynamo: never break the user's compile
             return calls._wrap(model, compiled)
 
         torch.compile = self._compile_wrapper = compile
         if "torch._dynamo.eval_frame" in sys.modules:   # compiled modules may exist already
-            self._install()
+            self.recorder.guarded(self._install)
         return self
 
     def __exit__(self, *exc) -> None:
