@@ -16,6 +16,7 @@ from typing import Callable
 from leaky.checks import run_all
 from leaky.config import AuditConfig
 from leaky.notes import run_notes
+from leaky.record.compiled import NOTE as COMPILED_NOTE
 from leaky.record.recorder import Recorder
 from leaky.report import Report, build_report
 from leaky.stats import AuditStats
@@ -68,11 +69,9 @@ class Audit:
 
     def _notes(self) -> list[str]:
         """One line each: limits of what was observed that the user should know about."""
-        notes = []
-        for name in self._recorder.modules.compiled:
-            notes.append(f"{name} is torch.compile'd: under observation PyTorch runs it op by op where it can, "
-                         "so per-op statistics are eager-mode ones; parameter and step statistics are exact.")
-        return notes + run_notes(self.stats)
+        names = self._recorder.compiled.names
+        compiled = [COMPILED_NOTE.format(name=" and ".join(names))] if names else []
+        return compiled + run_notes(self.stats)
 
     @property
     def findings(self):

@@ -320,7 +320,7 @@ class StatsBuilder:
     def build(self, units: dict[int, UnitStats], cuts: dict, param_uses: dict, optimizers: list,
               backward_calls: int, probes, function_checks: dict, idle_optimizer: bool = False,
               init_sites: dict | None = None, origins=None, idle_at: tuple | None = None,
-              coupled=frozenset(), syncs=()) -> AuditStats:
+              coupled=frozenset(), syncs=(), compiled: frozenset = frozenset()) -> AuditStats:
         from leaky.record.recurrence import RadiusCache, find_recurrences  # local: imports stats
 
         self.origins = origins
@@ -353,7 +353,8 @@ class StatsBuilder:
                           tuple(self._function_stats(function_checks)), scaler, series, tuple(self.sample_steps),
                           dict(self.carried_steps), dict(self.carry_checked), self._optimizer_modules(optimizers),
                           idle_optimizer, optimizer_stats, cast_stats_of(origins) if origins is not None else (),
-                          _source(idle_at), frozenset(coupled), tuple(syncs))
+                          _source(idle_at), frozenset(coupled), tuple(syncs),
+                          frozenset(name(key) for key in compiled))
 
     def _optimizer_modules(self, optimizers: list) -> dict[int, list[str]]:
         """For each optimizer (index), the modules whose parameters it holds."""

@@ -275,6 +275,7 @@ class AuditStats:
     coupled_optimizers: frozenset = frozenset()
     # steps whose loss was the first after weights outside every optimizer changed (a synced target network)
     target_syncs: tuple[int, ...] = ()
+    compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
 
     @classmethod
     def empty(cls) -> "AuditStats":

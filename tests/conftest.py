@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -38,8 +39,12 @@ def no_leaky_left() -> list[str]:
     if mod._global_parameter_registration_hooks:
         left.append("parameter registration hooks")
     for (owner, name), original in _ORIGINALS.items():
-        if owner.__dict__.get(name) is not original:
+        if owner.__dict__.get(name) is not original and not _torchs_own(owner.__dict__.get(name)):
             left.append(f"{owner.__name__}.{name} patch")
+    if _leakys(torch.compile):   # (Lightning wraps torch.compile at import: compare with leaky's own)
+        left.append("torch.compile patch")
+    if "torch._dynamo.eval_frame" in sys.modules and _leakys(sys.modules["torch._dynamo.eval_frame"].OptimizedModule.__call__):
+        left.append("OptimizedModule.__call__ patch")
     return left
 
 
@@ -48,6 +53,19 @@ _ORIGINALS = {(owner, name): owner.__dict__[name] for owner, name in [
     (torch.optim.Optimizer, "__init__"), (torch.optim.Optimizer, "zero_grad"), (torch.nn.Module, "__init__"),
     (torch.nn.Module, "zero_grad"), (torch.nn.Module, "_apply"), (torch.optim.lr_scheduler.LRScheduler, "__init__"),
     (torch.optim.lr_scheduler.ReduceLROnPlateau, "__init__"), (torch.amp.autocast_mode.autocast, "__enter__")]}
+
+
+def _leakys(fn) -> bool:
+    """A wrapper made by record/compiled.py."""
+    from leaky.record import compiled
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == compiled.__file__
+
+
+def _torchs_own(fn) -> bool:
+    """A patch torch itself made (Dynamo wraps Module.__init__ when it first runs)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename.startswith(os.path.dirname(torch.__file__))
 
 
 def pytest_configure(config):

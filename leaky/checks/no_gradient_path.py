@@ -108,6 +108,12 @@ def _finding(module: str | None, params, stats: AuditStats) -> Finding:
         fix = ("Call optimizer.zero_grad() before loss.backward() (or after optimizer.step()), never between "
                "backward() and step().")
         source, op = None, "cleared"
+    elif module in stats.compiled_modules:
+        message = (f"{head}: {module} is inside torch.compile'd code, whose ops leaky does not see, so it cannot "
+                   "tell where the path to the loss is cut (a .detach(), .data, no_grad, an output never used).")
+        fix = ("Run once with TORCH_COMPILE_DISABLE=1: leaky then sees these ops and names the line that cuts "
+               "the path.")
+        source, op = None, None
     elif module in stats.modules_ran:
         message = f"{head}: {module} runs in forward, but its output never reaches the loss (an unused branch)."
         fix = "Use this module's output in the loss, or remove it (and its parameters) from the optimizer."

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.function import Function
 
+from leaky.record.compiled import outside_graphs
 from leaky.record.gradcheck import GradcheckResult, check_function
 from leaky.record.opmode import _tensors
 
@@ -104,7 +105,7 @@ class FunctionWatch:
                 watch.recorder.guarded(watch._attribute, cls, args, kwargs, out)
             return out
 
-        Function.apply = classmethod(apply)
+        Function.apply = classmethod(outside_graphs(apply, traced=original))
         return self
 
     def __exit__(self, *exc) -> None:

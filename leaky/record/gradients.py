@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from leaky.record import distributed
+from leaky.record.compiled import outside_graphs
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ class GradientRecorder:
             self._accumulated[id(param)] = param.register_post_accumulate_grad_hook(self._on_accumulated)
         return param
 
+    @outside_graphs
     def _on_accumulated(self, param) -> None:
         entry = self._fresh.pop(id(param), None)
         grad = param.grad
@@ -275,6 +277,7 @@ class GradientRecorder:
         self._accumulated.clear()
         self._fresh.clear()
 
+    @outside_graphs   # as every callback leaky gives torch (record/compiled.py)
     def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, moves: bool, owners: tuple,
                      grad_inputs, grad_outputs) -> None:
         if not self.active:

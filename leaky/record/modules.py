@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.utils.hooks import RemovableHandle
 
+from leaky.record.compiled import outside_graphs
 from leaky.record.sites import _is_internal
 
 _MODULE_FILE = module_globals.__file__
@@ -46,19 +47,28 @@ class ModuleTracker:
         self._root_params: dict[int, bool] = {}
         self._names: list[str] = []          # per module key, fixed once handed out
         self._taken: set[str] = set()
-        self.compiled: list[str] = []   # roots that are torch.compile'd modules
+        self._pre_hook = outside_graphs(self._pre)
+        self._post_hook = outside_graphs(self._post)
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> "ModuleTracker":
-        self._handles.append(module_globals.register_module_forward_pre_hook(self._pre))
-        self._handles.append(module_globals.register_module_forward_hook(self._post, always_call=True))
+        self.attach()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.detach()
+        self._stack.clear()
+
+    def attach(self) -> None:
+        """Put the global hooks on (again: a compiled module's call runs without them)."""
+        if not self._handles:
+            self._handles.append(module_globals.register_module_forward_pre_hook(self._pre_hook))
+            self._handles.append(module_globals.register_module_forward_hook(self._post_hook, always_call=True))
+
+    def detach(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._stack.clear()
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -124,8 +134,8 @@ class ModuleTracker:
     def note_caller(self, key: int) -> None:
         """Once per module, from inside one of its ops: did torch code call it?
 
-        NOTE: done from the op, not from the forward pre-hook, because torch.compile traces
-        global hooks and cannot trace frame inspection."""
+        NOTE: done from the op, not from the forward pre-hook: only modules whose ops are
+        observed need it, once each, and a frame walk per module call would cost more."""
         info = self.infos[key]
         if info.called_by_torch is None:
             info.called_by_torch = _caller_is_internal()
@@ -139,8 +149,6 @@ class ModuleTracker:
 
     def _register_root(self, root: nn.Module) -> int:
         variable = _variable_name(root)
-        if _is_compiled(root):
-            self.compiled.append(variable or type(getattr(root, "_orig_mod", root)).__name__)
         root_key = len(self.infos)
         self.root_labels[root_key] = self._free_label(variable or type(root).__name__)
         for path, module in root.named_modules():
@@ -192,10 +200,6 @@ def _type_name(module: nn.Module) -> str:
     if name.startswith("FSDP") and any(base.__name__ == name[4:] for base in type(module).__mro__[1:]):
         return name[4:]
     return name
-
-
-def _is_compiled(module: nn.Module) -> bool:
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def _variable_name(module: nn.Module) -> str | None:

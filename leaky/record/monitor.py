@@ -14,6 +14,7 @@ from torch import Tensor
 
 from leaky.record import distributed
 from leaky.stats import SeriesRow
+from leaky.record.compiled import outside_graphs
 
 
 class TensorBackwardPatch:
@@ -40,6 +41,7 @@ class TensorBackwardPatch:
                 patch.inside = False
 
         backward.__doc__ = original.__doc__
+        backward = outside_graphs(backward, traced=original)
         backward.__wrapped__ = original
         torch.Tensor.backward = backward
         return self

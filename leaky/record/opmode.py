@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from leaky.record.compiled import outside_graphs
 from leaky.record.forward import LOSSES
 
 INIT_OPS = {"constant_", "zeros_", "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_",
@@ -54,6 +55,10 @@ def _tensors(out: Any) -> list[Tensor]:
     return []
 
 
+def _call_through(mode, func, types, args=(), kwargs=None):
+    return func(*args, **(kwargs or {}))
+
+
 class OpMode(TorchFunctionMode):
     """Forwards every call unchanged; reports what it saw to the recorder."""
 
@@ -61,7 +66,7 @@ class OpMode(TorchFunctionMode):
         super().__init__()
         self.recorder = recorder
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def _observe(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
         if not rec.observing:
@@ -97,6 +102,8 @@ class OpMode(TorchFunctionMode):
         except Exception as exc:  # leaky's own failure: the user's op already ran
             rec.fail(exc)
         return out
+
+    __torch_function__ = outside_graphs(_observe, traced=_call_through)
 
 
 def parameters_in(args: tuple) -> list[nn.Parameter]:

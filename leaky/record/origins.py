@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim import lr_scheduler
 
+from leaky.record.compiled import outside_graphs
 from leaky.record.sites import SourceLocator, _is_internal
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -117,7 +118,8 @@ class OriginWatch:
 
     def _install(self) -> None:
         watch = self
-        self._handles.append(module_globals.register_module_parameter_registration_hook(self._param_created))
+        self._handles.append(module_globals.register_module_parameter_registration_hook(
+            outside_graphs(self._param_created)))
 
         def after(note):
             def make(original):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
@@ -15,6 +16,7 @@ from torch import Tensor, nn
 from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
+from leaky.record.compiled import CompiledCalls, outside_graphs
 from leaky.record.activations import ACTIVATIONS, RATE_GAP, UnitStats, hardtanh_bounds, unit_dim
 from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
@@ -61,6 +63,9 @@ _NORMALISER_NODES = ("NativeBatchNormBackward", "NativeLayerNormBackward", "Nati
 _DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
 
 
+_COMPILED_NODE = "CompiledFunctionBackward"   # the one autograd node of a compiled graph
+
+
 class StopObserving(BaseException):
     """Raised to end a script after its last observed step (BaseException: user
     `except Exception` blocks do not swallow it)."""
@@ -90,7 +95,7 @@ class Recorder(StepTracking):
         self.modules = ModuleTracker()
         self.sites = SiteTable()
         self.locator = SourceLocator()
-        self.origins = OriginWatch(self.locator, self.guarded, self._note_zero_grad)
+        self.origins = OriginWatch(self.locator, outside_graphs(self.guarded), self._note_zero_grad)
         self.buffer = StepBuffer()
         self.grads = GradientRecorder(self.buffer, self.fail, self._count_rates)
         self.error: str | None = None       # leaky's own failure, if one happened
@@ -99,6 +104,7 @@ class Recorder(StepTracking):
         self.units: dict[int, UnitStats] = {}
         self.probes = ForwardProbes(("leaky", id(self)))
         self.functions = FunctionWatch(self)
+        self.compiled = CompiledCalls(self)
         self.cuts: dict[tuple, CutEvent] = {}
         self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
         self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
@@ -111,6 +117,7 @@ class Recorder(StepTracking):
         self._checked = ("leaky-finite", id(self))   # node.metadata: its output was checked
         self._rates_counted_at: int | None = None      # the last step that counted unit rates
         self._mode = OpMode(self)
+        self._step_hooks = (outside_graphs(self._before_opt_step), outside_graphs(self._after_opt_step))
         self._handles: list = []
         self._mode_on = False
         self._calls_since_step = 0
@@ -126,9 +133,9 @@ class Recorder(StepTracking):
         self.warning_source.__enter__()
         self.modules.__enter__()
         self.origins.__enter__()
-        self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._before_opt_step))
-        self._handles.append(optim_globals.register_optimizer_step_post_hook(self._after_opt_step))
+        self._hook_steps()
         self.functions.__enter__()
+        self.compiled.__enter__()
         self._backward_patch.__enter__()
         self._mode.__enter__()
         self._mode_on = True
@@ -150,6 +157,7 @@ class Recorder(StepTracking):
                 handle.remove()
             self._handles.clear()
             self.grads.remove_all()
+            self.compiled.__exit__()
             self.modules.__exit__()
             self.functions.__exit__()
             self.origins.__exit__()
@@ -187,6 +195,38 @@ class Recorder(StepTracking):
         except Exception as exc:
             self.fail(exc)
 
+    def _hook_steps(self) -> None:
+        self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._step_hooks[0]))
+        self._handles.append(optim_globals.register_optimizer_step_post_hook(self._step_hooks[1]))
+
+    @contextmanager
+    def step_hooks_off(self):
+        """A compiled optimizer step: leaky's step hooks are called around it (see
+        record/compiled.py), so the step itself runs without them, as it would without leaky."""
+        for handle in self._handles:   # the step hooks are its only handles
+            handle.remove()
+        self._handles.clear()
+        try:
+            yield
+        finally:
+            self._hook_steps()
+
+    @contextmanager
+    def left_out(self):
+        """Run a block with none of leaky's instruments that Dynamo could trace: the mode,
+        the global module hooks and the Function.apply patch (see record/compiled.py)."""
+        mode_was_on = self._mode_on
+        self._suspend_mode()
+        self.modules.detach()
+        self.functions.__exit__()
+        try:
+            yield
+        finally:
+            self.functions.__enter__()
+            self.modules.attach()
+            if mode_was_on and not self._mode_on:
+                self._resume_mode()
+
     @property
     def steps_done(self) -> int:
         return self.builder.steps
@@ -196,7 +236,8 @@ class Recorder(StepTracking):
         return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
                                   self.backward_calls, self.probes, self.functions.checks, idle, self.init_sites,
                                   self.origins, self._idle_at() if idle else None,
-                                  coupled=self.coupling.pairs, syncs=self.moving.syncs)
+                                  coupled=self.coupling.pairs, syncs=self.moving.syncs,
+                                  compiled=frozenset(self.compiled.module_keys))
 
     def _idle_at(self) -> tuple | None:
         """With an optimizer that never stepped: a bare `optimizer.step` statement near the
@@ -230,8 +271,8 @@ class Recorder(StepTracking):
             if node is None or leads_to_param(node):
                 continue
             meta = node.metadata
-            if self._mark in meta:
-                continue
+            if self._mark in meta or type(node).__name__ == _COMPILED_NODE:
+                continue   # seen, or a compiled module's whole backward: its ops are not observed
             site = self.sites.intern(op, type(node).__name__, module, where, node._sequence_nr(), detail)
             meta[self._mark] = site
             if first_site is None:
