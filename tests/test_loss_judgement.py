@@ -268,3 +268,12 @@ def test_a_synced_target_network_is_seen_on_every_step():
                 for t, o in zip(target.parameters(), online.parameters()):
                     t.data.copy_(o.data)
     assert run.stats.target_syncs == (20, 40)
+
+
+def test_small_steps_during_a_warmup_are_not_stuck():
+    # nanoGPT's defaults: lr = 6e-4 * (it + 1) / 2001 over its first steps
+    rows = tuple(SeriesRow(i, loss, 1.0, 6e-4 * (i + 1) / 2001, 0) for i, loss in enumerate(FLAT))
+    found = run_all(stats(series=rows, optimizers=(_optimizer(0, lr=6e-4),), params=(_param(bound=2e-8),)), CONFIG)
+    finding = _find(found, "LK204")
+    assert finding.severity is Severity.INFO
+    assert "warmup" in finding.message and "Raise" not in finding.fix

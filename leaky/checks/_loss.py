@@ -40,6 +40,14 @@ class Objective:
     competing: tuple[int, ...] = ()         # optimizers it plays against
     resets: tuple[int, ...] = ()            # steps after which the target or the lr jumped
     moving_target: bool = False             # weights outside every optimizer changed in training
+    lrs: tuple[float | None, ...] = ()      # the learning rate at each row (first param group)
+
+    def warming_up(self) -> tuple[float, float] | None:
+        """(first, last) learning rate when it rose 2× or more over the rows: a warmup."""
+        known = [lr for lr in self.lrs if lr]
+        if len(known) >= 2 and known[-1] >= _LR_RESTART * known[0]:
+            return known[0], known[-1]
+        return None
 
     def periods(self) -> list[list[tuple[int, float]]]:
         """The series cut at each reset (one period when there is none)."""
@@ -89,16 +97,19 @@ class LossCurve:
 def objectives(stats: AuditStats) -> list[Objective]:
     """One objective per optimizer that stepped on losses of its own, in optimizer order."""
     by_optimizer: dict[int | None, list[tuple[int, float]]] = {}
+    lrs: dict[int | None, list[float | None]] = {}
     for row in stats.series:
         if row.loss is not None:
             by_optimizer.setdefault(row.optimizer, []).append((row.step, row.loss))
+            lrs.setdefault(row.optimizer, []).append(row.lr)
     own = set(by_optimizer)
     result = []
     for index, rows in by_optimizer.items():
         rivals = tuple(sorted(j for i, j in stats.coupled_optimizers if i == index and j in own and j != index)
                        + sorted(i for i, j in stats.coupled_optimizers if j == index and i in own and i != index))
         resets = tuple(sorted(set(stats.target_syncs) | set(_lr_restarts(stats, index))))
-        result.append(Objective(index, tuple(rows), tuple(dict.fromkeys(rivals)), resets, bool(stats.target_syncs)))
+        result.append(Objective(index, tuple(rows), tuple(dict.fromkeys(rivals)), resets, bool(stats.target_syncs),
+                                tuple(lrs[index])))
     return sorted(result, key=lambda o: -1 if o.optimizer is None else o.optimizer)
 
 

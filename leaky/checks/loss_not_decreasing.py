@@ -11,7 +11,8 @@ finding is a warning only with evidence that something is stuck:
   high rate makes the loss hover as surely as a too low one keeps it still);
 - or updates too small to move the loss: at first order a step changes the loss by at most
   Σ ||g||·||Δw|| over the optimizer's parameters (Cauchy-Schwarz), and over the observed
-  steps that bound stays below `loss_stuck_share` of the drop that counts as learning.
+  steps that bound stays below `loss_stuck_share` of the drop that counts as learning,
+  while the learning rate is not still warming up (rising 2× or more over those steps).
 
 Without either it is worth knowing (info), with the numbers, and no advice about the
 learning rate, whose direction nothing measured would support. Each optimizer's loss is
@@ -75,13 +76,18 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
         return Finding("loss-not-decreasing", "LK204", severity, flat + cause_text(found), first.fix,
                        first.module, first.op, first.source, curve.last_step, evidence)
     bound = _change_bound(stats, objective)
+    warmup = objective.warming_up()
     if bound is not None:
         evidence["loss_change_bound_per_step"] = bound
         reach = bound * curve.steps
-        if reach < config.loss_stuck_share * config.loss_flat_share * abs(curve.start):
+        if warmup is None and reach < config.loss_stuck_share * config.loss_flat_share * abs(curve.start):
             return _stuck(stats, objective, bound, flat, curve, evidence, config)
     moved = (f" At first order its steps could change it by up to {num(bound)} each (Σ ||g||·||Δw||), so nothing "
              "leaky measured is stuck: this may be a slow start.") if bound is not None else ""
+    if warmup is not None:
+        evidence["lr_warmup"] = list(warmup)
+        moved = (f" The learning rate is still rising (from {num(warmup[0])} to {num(warmup[1])} over these steps, "
+                 "a warmup): small steps are by design, and a plateau is judged better after it.")
     fix = ("Observe more steps (--steps N) before judging a plateau; if it stays flat, check that the inputs "
            "and labels carry the signal (shuffled labels, a constant input).")
     return Finding("loss-not-decreasing", "LK204", Severity.INFO, flat + moved, fix, None, None, None,
