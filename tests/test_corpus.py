@@ -7,7 +7,8 @@ typical bug put into one line) gets the right finding, at warning or error, at t
 right module. These are the idioms where leaky once raised false alarms: LBFGS with a
 closure, a GAN with two optimizers, a DQN whose target network is synced every N steps, a
 bigram that learns slowly, an actor and a critic held by one agent, a DataLoader with
-workers.
+workers, warm restarts, Lightning, the Hugging Face Trainer. (A compiled model is in
+tests/test_compile.py.)
 """
 from __future__ import annotations
 
@@ -35,12 +36,21 @@ def _alarms(report: dict) -> list[str]:
 
 
 HEALTHY = ["lbfgs_closure.py", "gan_two_optimizers.py", "dqn_target_network.py", "bigram_slow.py",
-           "actor_critic_one_agent.py", "dataloader_workers.py"]
+           "actor_critic_one_agent.py", "dataloader_workers.py", "warm_restarts.py", "lightning_classifier.py",
+           "hf_trainer_gpt2.py"]
+# the frameworks a program needs (installed with leaky[integrations], as CI does)
+NEEDS = {"lightning_classifier.py": "lightning", "hf_trainer_gpt2.py": "transformers"}
+
+
+def _needs(name: str) -> None:
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
 
 
 @pytest.mark.parametrize("name", HEALTHY)
 @pytest.mark.parametrize("command", ["audit", "watch"])
 def test_healthy_programs_get_no_warning(name, command, tmp_path, capsys):
+    _needs(name)
     rc, report = _run(command, CORPUS / name, tmp_path)
     assert _alarms(report) == [], capsys.readouterr().err
     assert rc == 0
@@ -73,6 +83,12 @@ MUTATIONS = [
              "return action, probs.log_prob(action), probs.entropy(), self.critic(x).detach()",
              "LK108", "agent.critic"),
     Mutation("dataloader_workers.py", "return self.fc3(x)", "return F.softmax(self.fc3(x), dim=1)", "LK301"),
+    Mutation("warm_restarts.py", "optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)",
+             "optimizer = torch.optim.SGD(model.parameters(), lr=20.0, momentum=0.9)", "LK202"),
+    Mutation("lightning_classifier.py", "nn.ReLU(), nn.Linear(128, 10))", "nn.ReLU(), nn.Linear(128, 10), nn.ReLU())",
+             "LK301", "backbone"),
+    Mutation("hf_trainer_gpt2.py", "loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),",
+             "loss = F.cross_entropy(logits[:, :-1].softmax(-1).reshape(-1, logits.size(-1)),", "LK301"),
 ]
 
 
@@ -93,6 +109,7 @@ def _lines_named(finding: dict) -> set[int]:
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: f"{m.script}:{m.code}")
 def test_each_mutation_is_found_at_its_line(mutation, tmp_path, capsys):
+    _needs(mutation.script)
     path, line = _mutate(mutation, tmp_path)
     _, report = _run("audit", path, tmp_path)
     hits = [f for f in report["findings"] if f["code"] == mutation.code and f["severity"] in ALARM]
