@@ -46,7 +46,7 @@ def moving_target(stats: AuditStats) -> list[str]:
     syncs = sorted(set(stats.target_syncs))
     gaps = [b - a for a, b in zip(syncs, syncs[1:])]
     every = f"every ~{sorted(gaps)[len(gaps) // 2]} steps" if gaps else f"at step {syncs[0]}"
-    judged = ("the loss is judged within the periods between changes" if gaps and sorted(gaps)[len(gaps) // 2]
+    judged = ("it is judged within the periods between changes" if gaps and sorted(gaps)[len(gaps) // 2]
               >= MIN_PERIOD else "no period between changes is long enough to judge the loss's trend")
     return [f"weights that no optimizer trains changed {every} (a target network synced from the trained one, or "
             f"an EMA copy): the loss is measured against a moving target, so {judged} (LK204, LK205)."]

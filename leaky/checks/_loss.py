@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 from leaky.checks._util import line_of
 from leaky.finding import Finding, Severity
@@ -111,6 +112,11 @@ def objectives(stats: AuditStats) -> list[Objective]:
         result.append(Objective(index, tuple(rows), tuple(dict.fromkeys(rivals)), resets, bool(stats.target_syncs),
                                 tuple(lrs[index])))
     return sorted(result, key=lambda o: -1 if o.optimizer is None else o.optimizer)
+
+
+def each_objective(stats: AuditStats, judge: Callable[[Objective], Finding | None]) -> list[Finding]:
+    """The findings of `judge` over every objective of the run."""
+    return [finding for objective in objectives(stats) if (finding := judge(objective)) is not None]
 
 
 def _lr_restarts(stats: AuditStats, index: int | None) -> list[int]:

@@ -16,7 +16,7 @@ import math
 import statistics
 
 from leaky.checks import register
-from leaky.checks._loss import Objective, cause_text, causes, curve_of, objectives, whose
+from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -34,12 +34,7 @@ _MIN_PERIODS = 3   # periods between resets needed to call a rise within them ty
 @register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
     found = causes(findings, _EXPLAINS, update_direction="high")
-    result = []
-    for objective in objectives(stats):
-        finding = _judge(stats, objective, config, found)
-        if finding is not None:
-            result.append(finding)
-    return result
+    return each_objective(stats, lambda objective: _judge(stats, objective, config, found))
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: list[Finding]) -> Finding | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from leaky.checks import register
-from leaky.checks._loss import Objective, cause_text, causes, curve_of, objectives, whose
+from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose
 from leaky.checks._optim import lr_origin
 from leaky.checks._util import num
 from leaky.config import AuditConfig
@@ -36,12 +36,7 @@ _EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK3
 
 @register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    result = []
-    for objective in objectives(stats):
-        finding = _judge(stats, objective, config, findings)
-        if finding is not None:
-            result.append(finding)
-    return result
+    return each_objective(stats, lambda objective: _judge(stats, objective, config, findings))
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
