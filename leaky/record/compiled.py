@@ -56,13 +56,34 @@ def _dynamo_running() -> bool:
     return callback is not None and callback is not False
 
 
+# NOTE: set once this process has compiled code: torch.compile called, a compiled module
+# called, or frames that Dynamo compiled before the audit. Until then nothing can be traced
+# and a callback costs one list read, not two flag calls (torch.optim alone loads Dynamo).
+_COMPILED_SEEN = [False]
+
+
+def _note_compiled() -> None:
+    _COMPILED_SEEN[0] = True
+
+
+def _frames_compiled_already() -> bool:
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    try:
+        return bool(counters and counters["frames"]["total"])
+    except Exception:
+        return True   # cannot tell: keep every callback checked
+
+
 def outside_graphs(fn: Callable, traced: Callable = _nothing) -> Callable:
     """`fn`, kept out of Dynamo: while Dynamo traces, the call is `traced(*args)` instead (a
     pass-through of what `fn` observes); called while compiled code runs, `fn` runs with
     Dynamo off. Otherwise `fn` itself, at the cost of one flag read."""
     without_dynamo: list = []
+    seen = _COMPILED_SEEN
 
     def entry(*args, **kwargs):
+        if not seen[0]:
+            return fn(*args, **kwargs)
         if torch.compiler.is_compiling():
             return traced(*args, **kwargs)
         if _dynamo_running():
@@ -106,6 +127,7 @@ class CompiledCalls:
 
         @functools.wraps(original)
         def compile(model=None, *args, **kwargs):
+            _note_compiled()
             compiled = original(model, *args, **kwargs)
             if calls._compile is None:
                 return compiled   # after the audit, beneath another library's wrapper (see __exit__)
@@ -140,6 +162,8 @@ class CompiledCalls:
         if self._module_call is not None:
             return
         from torch._dynamo.eval_frame import OptimizedModule
+        if _frames_compiled_already():
+            _note_compiled()
         _keep_dynamo_off_entries()
         self._tag_modules_beneath_origins()
         self._module_call = original = OptimizedModule.__dict__["__call__"]
@@ -210,6 +234,7 @@ class CompiledCalls:
     def _call(self, target: Any, run: Callable, *args, **kwargs) -> Any:
         """Run compiled code with leaky's traceable instruments off. With
         TORCH_COMPILE_DISABLE=1 it runs eagerly: then it is observed like any other code."""
+        _note_compiled()
         rec = self.recorder
         if self._depth or rec is None or not rec.active:
             return run(*args, **kwargs)
