@@ -1,18 +1,20 @@
 """Per-unit statistics of nonlinearities, kept on the device.
 
-A registry maps the torch function the user called to an `Activation`: how to tell a
-unit-sample is active, and how to tell it sits in a flat region of the nonlinearity.
+The op registry maps the torch function the user called to an `Activation` (leaky/ops):
+how to tell a unit-sample is active, and how to tell it sits in a flat region of the
+nonlinearity.
 Each site keeps a few tensors whose size is the number of units; nothing grows with batch
 size or with steps.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor
 
+from leaky import ops
+from leaky.ops import Activation
 from leaky.record.reduce import amax_over, other_dims, sum_over
 
 HIST_BINS = 32
@@ -28,56 +30,11 @@ HIST_LOW = -16.0  # log10 of the smallest local derivative share kept apart
 RATE_GAP = 10
 
 
-@dataclass(frozen=True)
-class Activation:
-    family: str                                   # "relu" | "sigmoid" | "tanh" | "hardtanh" | "softmax"
-    # Local derivative as a share of its maximum, computed from the OUTPUT.
-    derivative_share: Callable[[Tensor], Tensor] | None = None
-    can_die: bool = False                         # ReLU-family: a unit can be silent for good
-    nonnegative: bool = False                     # outputs are never below 0 (relu, not threshold)
-
-
-def _sigmoid_share(s: Tensor) -> Tensor:
-    # d/dz sigmoid = s(1-s) <= 1/4, reached at z = 0.
-    return s * (1 - s) * 4
-
-
-def _tanh_share(t: Tensor) -> Tensor:
-    # d/dz tanh = 1 - tanh^2 <= 1, reached at z = 0.
-    return 1 - t * t
-
-
-RELU = Activation("relu", can_die=True, nonnegative=True)
-THRESHOLD = Activation("relu", can_die=True)      # threshold(x, t, value): value may be < 0
-SIGMOID = Activation("sigmoid", _sigmoid_share)
-TANH = Activation("tanh", _tanh_share)
-HARDTANH = Activation("hardtanh")
-SOFTMAX = Activation("softmax")
-
-# torch function name -> activation. Functional, method and in-place spellings all land here.
-ACTIVATIONS: dict[str, Activation] = {
-    "relu": RELU, "relu_": RELU, "threshold": THRESHOLD, "threshold_": THRESHOLD,
-    "sigmoid": SIGMOID, "sigmoid_": SIGMOID,
-    "tanh": TANH, "tanh_": TANH,
-    "hardtanh": HARDTANH, "hardtanh_": HARDTANH, "relu6": HARDTANH,
-    "softmax": SOFTMAX,
-}
-
-
-def hardtanh_bounds(op: str, args: tuple, kwargs: dict) -> tuple[float, float]:
-    """(min_val, max_val) of a hardtanh/relu6 call, as the user wrote it."""
-    if op == "relu6":
-        return 0.0, 6.0
-    low = kwargs.get("min_val", args[1] if len(args) > 1 else -1.0)
-    high = kwargs.get("max_val", args[2] if len(args) > 2 else 1.0)
-    return float(low), float(high)
-
-
 def unit_dim(out: Tensor, producer: str | None) -> int:
     """Which dim indexes units: channels for conv feature maps, features otherwise."""
     if out.ndim >= 4:
         return 1
-    if out.ndim == 3 and producer and producer.startswith(("Convolution", "NativeBatchNorm", "CudnnBatchNorm")):
+    if out.ndim == 3 and producer and ops.feeds_units(producer):
         return 1
     return out.ndim - 1
 
@@ -190,4 +147,4 @@ def median_from_hist(hist) -> float | None:
     return 10.0 ** (HIST_LOW + (index + 0.5) * width)
 
 
-__all__ = ["ACTIVATIONS", "RATE_GAP", "UnitStats", "count_positive", "median_from_hist", "hardtanh_bounds", "unit_dim"]
+__all__ = ["RATE_GAP", "UnitStats", "count_positive", "median_from_hist", "unit_dim"]

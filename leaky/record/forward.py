@@ -10,24 +10,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from leaky import ops
+
 from leaky.record.reduce import other_dims, sum_over
 
-# Loss functions and what their first argument must be.
-LOSSES: dict[str, str] = {
-    "cross_entropy": "logits", "binary_cross_entropy_with_logits": "logits",
-    "multilabel_soft_margin_loss": "logits", "nll_loss": "log-probabilities",
-    "kl_div": "log-probabilities", "binary_cross_entropy": "probabilities",
-    "mse_loss": "values", "l1_loss": "values", "smooth_l1_loss": "values", "huber_loss": "values",
-}
-_PASS_THROUGH = ("View", "Reshape", "UnsafeView", "Squeeze", "Unsqueeze", "Permute", "Transpose", "T",
-                 "Select", "Slice", "Clone", "ToCopy", "Expand", "Contiguous")
-_LAYERS = {"linear": "linear", "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "bilinear": "linear"}
-
-
 def producer(tensor: Tensor, depth: int = 4):
-    """The autograd node that made this tensor, looking through views and copies."""
+    """The autograd node that made this tensor, looking through views and copies.
+
+    NOTE: through the nodes that pass a gradient on unchanged (ops.passes_gradient). Before
+    the op registry this was a list of name prefixes in which "T" (for TBackward) also
+    matched TanhBackward and ThresholdBackward, so a tanh output was looked through."""
     node = tensor.grad_fn
-    while node is not None and depth > 0 and type(node).__name__.startswith(_PASS_THROUGH):
+    while node is not None and depth > 0 and ops.passes_gradient(type(node).__name__):
         inputs = [fn for fn, _ in node.next_functions if fn is not None]
         node = inputs[0] if len(inputs) == 1 else None
         depth -= 1
@@ -137,9 +131,9 @@ class ForwardProbes:
     def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True) -> None:
         """`averages`: also fold the input's per-feature mean and spread (a watch does it at
         most once every RATE_GAP steps); a loss's extremes are taken at every call."""
-        if op in LOSSES:
+        if ops.loss_expects(op) is not None:
             self._loss(op, site, args, kwargs)
-        kind = _LAYERS.get(op)
+        kind = ops.layer_kind(op)
         if kind is not None and len(args) > 1 and isinstance(args[1], nn.Parameter):
             self._layer(kind, site, args, kwargs, averages)
 
@@ -159,7 +153,7 @@ class ForwardProbes:
             detail = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
             node = producer(x) if isinstance(x, Tensor) else None
             probe = self.losses[site] = LossProbe(
-                op, LOSSES[op], None if node is None else type(node).__name__,
+                op, ops.loss_expects(op), None if node is None else type(node).__name__,
                 None if node is None else node.metadata.get(self.mark), tuple(x.shape),
                 tuple(target.shape) if isinstance(target, Tensor) else None,
                 str(target.dtype).replace("torch.", "") if isinstance(target, Tensor) else None, detail)

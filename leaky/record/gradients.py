@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from leaky import ops
 from leaky.record import distributed
 from leaky.record.compiled import outside_graphs
 
@@ -89,21 +90,16 @@ class HostStep:
     forward_numel: list[int]
 
 
-# Nodes that only reshape, cast or slice: a chain of them ending in AccumulateGrad carries a
-# parameter's gradient (a weight's transpose, an autocast copy), not an activation's.
-_PASS_NODES = ("TBackward", "ViewBackward", "ExpandBackward", "PermuteBackward", "TransposeBackward",
-               "UnsqueezeBackward", "SqueezeBackward", "ToCopyBackward", "SliceBackward", "SelectBackward",
-               "ReshapeAliasBackward", "UnsafeViewBackward", "AliasBackward", "CloneBackward")
-
-
 def leads_to_param(node, depth: int = 3) -> bool:
-    """True for AccumulateGrad, and for a short chain of pass-through nodes ending in one."""
+    """True for AccumulateGrad, and for a short chain of pass-through nodes ending in one
+    (a weight's transpose, an autocast copy: they carry a parameter's gradient, not an
+    activation's)."""
     if node is None:
         return False
     name = type(node).__name__
-    if name == "AccumulateGrad":
+    if name == ops.ACCUMULATE:
         return True
-    if depth == 0 or not name.startswith(_PASS_NODES):
+    if depth == 0 or not ops.passes_gradient(name):
         return False
     inputs = [fn for fn, _ in node.next_functions if fn is not None]
     return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)
@@ -146,43 +142,25 @@ def _count_nonzero(grad: Tensor) -> Tensor:
     return torch.count_nonzero(sample) * (numel / sample.numel())
 
 
-# Node classes whose local derivative can be exactly 0 on some elements. Only these get
-# their nonzero elements counted: for an add, a view or a matmul the count is wasted work.
-_ZEROING = ("Relu", "Threshold", "Hardtanh", "Clamp", "Where", "MaskedFill", "Round", "Floor", "Ceil",
-            "Trunc", "Sign", "Sgn", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Mul", "Abs", "Maximum",
-            "Minimum", "NativeDropout", "Dropout", "Elu", "LeakyRelu", "Hardsigmoid", "Hardswish",
-            "Index", "Gather")
+# NOTE: only nodes whose local derivative can be exactly 0 on some elements (ops.counts_zeros)
+# get their nonzero elements counted: for an add, a view or a matmul the count is wasted work.
 _can_zero_cache: dict[type, bool] = {}
+ops.on_change(_can_zero_cache.clear)
 
 
 def can_zero(node) -> bool:
     kind = type(node)
     verdict = _can_zero_cache.get(kind)
     if verdict is None:
-        verdict = _can_zero_cache[kind] = kind.__name__.startswith(_ZEROING)
+        verdict = _can_zero_cache[kind] = ops.counts_zeros(kind.__name__)
     return verdict
 
 
-# NOTE: nodes whose backward only moves the arriving values into place: views, transposes,
-# a select or a slice (the values, and zeros around them), a split or an unbind (the pieces,
-# concatenated), a max-pool whose windows do not overlap (each value to its window's argmax,
-# a different element for every window). The gradient they send holds exactly the arriving
-# values plus zeros, so its norm is sqrt(sum of the arriving norms squared): not taken again.
-_MOVES = ("ViewBackward", "ReshapeAliasBackward", "UnsafeViewBackward", "TransposeBackward", "PermuteBackward",
-          "SqueezeBackward", "UnsqueezeBackward", "TBackward", "CloneBackward", "AliasBackward", "SelectBackward",
-          "SliceBackward", "SplitBackward", "SplitWithSizesBackward", "UnbindBackward")
-_POOLS = ("MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward", "MaxPool3DWithIndicesBackward")
-
-
-def moves_values(node) -> bool:
-    name = type(node).__name__
-    if name.startswith(_MOVES):
-        return True
-    if name.startswith(_POOLS):
-        kernel, stride = tuple(node._saved_kernel_size), tuple(node._saved_stride) or tuple(node._saved_kernel_size)
-        return (all(d == 1 for d in node._saved_dilation) and len(stride) == len(kernel)
-                and all(s >= k for s, k in zip(stride, kernel)))
-    return False
+# NOTE: a node whose backward only moves the arriving values into place (ops.moves_values:
+# views, transposes, a select or a slice, a split, a max-pool whose windows do not overlap)
+# sends exactly the arriving values plus zeros, so its norm is sqrt(sum of the arriving norms
+# squared): not taken again.
+moves_values = ops.moves_values
 
 
 def _param_at(node, depth: int = 3):
@@ -190,9 +168,10 @@ def _param_at(node, depth: int = 3):
     transpose): its .grad will hold exactly the values sent into the chain. None otherwise
     (an expand sums, an autocast copy changes the dtype)."""
     name = type(node).__name__
-    if name == "AccumulateGrad":
+    if name == ops.ACCUMULATE:
         return node.variable
-    if depth == 0 or not name.startswith(_MOVES):
+    rule = ops.node_rule(name)
+    if depth == 0 or rule is None or not rule.moves_values:
         return None
     inputs = [fn for fn, _ in node.next_functions if fn is not None]
     return _param_at(inputs[0], depth - 1) if len(inputs) == 1 else None
@@ -314,7 +293,7 @@ class GradientRecorder:
     def _norms(self, arriving: list[Tensor], acts: list[Tensor], params: list[Tensor],
                moves: bool = False) -> list[Tensor]:
         """Norms of the arriving, activation and parameter gradients, in that order; with
-        `moves` (see _MOVES), the one activation gradient's norm comes from the arriving ones.
+        `moves` (see moves_values), the one activation gradient's norm comes from the arriving ones.
 
         NOTE: the gradient a node sends to its input is, most of the time, the very tensor
         that arrives at the next node: its norm is taken once. A hit must be the same live

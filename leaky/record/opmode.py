@@ -13,21 +13,15 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from leaky import ops
 from leaky.record.compiled import outside_graphs
-from leaky.record.forward import LOSSES
-
-INIT_OPS = {"constant_", "zeros_", "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_",
-            "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "orthogonal_", "sparse_", "normal_",
-            "uniform_"}
 
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
 
-# Calls that only read metadata: pass straight through.
-_PASS = {"dim", "size", "stride", "numel", "is_contiguous", "data_ptr", "__len__", "__repr__",
-         "__format__", "element_size", "is_floating_point", "is_complex", "storage_offset",
-         "has_names", "__hash__", "__bool__", "__index__", "__iter__", "get_device", "__get__"}
-_CUTS = {"detach": "detach", "detach_": "detach", "numpy": "numpy", "item": "item", "tolist": "tolist"}
+_METADATA = ops.calls.METADATA   # calls that only read metadata: pass straight through
+_CUTS = ops.calls.CUTS           # calls that leave the graph, and the kind of cut
+_NN_INIT = ops.calls.NN_INIT
 _DATA = torch.Tensor.data   # `.data` reaches us as this descriptor's (freshly bound) __get__
 
 
@@ -73,20 +67,20 @@ class OpMode(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         if name == "__get__" and getattr(func, "__self__", None) is _DATA:
-            rec.guarded(rec.note_cut, "data", args)
+            rec.guarded(rec.note_cut, ops.calls.DATA, args)
             return func(*args, **kwargs)
-        if name in _PASS:
+        if name in _METADATA:
             return func(*args, **kwargs)
         if name in _CUTS:
             rec.guarded(rec.note_cut, _CUTS[name], args)
             return func(*args, **kwargs)
-        if name in INIT_OPS and torch.is_grad_enabled():
+        if name in _NN_INIT and torch.is_grad_enabled():
             # nn.init.* enters here (with keyword arguments) before its own no_grad
             rec.guarded(rec.note_init, args or tuple(kwargs.values()))
         try:
             out = func(*args, **kwargs)
         except Exception as exc:
-            if name in LOSSES:
+            if ops.loss_expects(name) is not None:
                 rec.guarded(rec.note_loss_failure, name, args, kwargs, exc)
             raise
         try:

@@ -17,7 +17,8 @@ from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
 from leaky.record.compiled import CompiledCalls, outside_graphs
-from leaky.record.activations import ACTIVATIONS, RATE_GAP, UnitStats, hardtanh_bounds, unit_dim
+from leaky import ops
+from leaky.record.activations import RATE_GAP, UnitStats, unit_dim
 from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
@@ -32,38 +33,14 @@ from leaky.record.warning_source import WarningSource
 from leaky.fold import StatsBuilder
 from leaky.stats import AuditStats, CutEvent
 
-_MATMULS = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum"}
-# nn.init's functions and the in-place writes that hand-written initialisation uses.
-INIT_OPS = {"normal_", "uniform_", "fill_", "zero_", "copy_", "mul_", "div_", "add_", "sub_", "abs_",
-            "clamp_", "trunc_normal_", "orthogonal_", "exponential_", "bernoulli_", "random_", "set_",
-            "constant_", "zeros_", "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_",
-            "kaiming_uniform_", "kaiming_normal_", "sparse_"}
-# Ops that only select values: an -inf attention mask is intended, not an overflow.
-_SELECTS = {"where", "masked_fill", "masked_fill_"}
-# Ops whose output is finite whenever every floating input is: they copy, select, bound or
-# normalise values and never make one larger than the largest input (softmax: each output
-# is in [0, 1]). Their output is checked for NaN/Inf only if some input was not already
-# checked (data, a parameter, a masked fill); a non-finite value they pass on was reported
-# where it appeared. In-place spellings are always checked (their input is gone).
-_FINITE_PRESERVING = {
-    "relu", "hardtanh", "relu6", "sigmoid", "tanh", "softsign", "clamp", "clip", "clamp_min", "clamp_max",
-    "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
-    "adaptive_max_pool3d", "softmax", "log_softmax",
-    "view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t",
-    "contiguous", "clone", "narrow", "select", "split", "chunk", "unbind", "expand", "expand_as", "flip",
-    "roll", "cat", "concat", "concatenate", "stack", "getitem", "gather", "index_select", "movedim",
-}
-# Normalisers, and where their weight and bias sit among the arguments: (x - mean) * rstd *
-# weight + bias is finite when x was checked and the per-group mean and rstd (saved by the
-# autograd node, one value per channel or row) and the affine parameters are: those few
-# values are checked instead of the whole output (up to values past ~1e36, where the
-# product overflows). Only the node types tested here; others are checked in full.
-_NORMALISERS = {"batch_norm": (3, 4), "layer_norm": (2, 3), "group_norm": (2, 3)}
-_NORMALISER_NODES = ("NativeBatchNormBackward", "NativeLayerNormBackward", "NativeGroupNormBackward")
-_DEAD_ZONE_DETAIL = {"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "hardtanh", "relu6"}
-
-
-_COMPILED_NODE = "CompiledFunctionBackward"   # the one autograd node of a compiled graph
+# NOTE: an op that can only pass values on (ops.keeps_finite: it copies, selects, bounds or
+# normalises them and never makes one larger than the largest input) has its output checked
+# for NaN/Inf only if some input was not already checked (data, a parameter, a masked
+# fill): a non-finite value it passes on was reported where it appeared. A normaliser
+# (x - mean) * rstd * weight + bias is finite when x was checked and the per-group mean and
+# rstd its node saves (one value per channel or row) and the affine parameters are: those
+# few values are checked instead of the whole output (up to values past ~1e36, where the
+# product overflows). Only the node types ops.layers registers; others are checked in full.
 
 
 class StopObserving(BaseException):
@@ -271,7 +248,7 @@ class Recorder(StepTracking):
             if node is None or leads_to_param(node):
                 continue
             meta = node.metadata
-            if self._mark in meta or type(node).__name__ == _COMPILED_NODE:
+            if self._mark in meta or type(node).__name__ == ops.COMPILED:
                 continue   # seen, or a compiled module's whole backward: its ops are not observed
             site = self.sites.intern(op, type(node).__name__, module, where, node._sequence_nr(), detail)
             meta[self._mark] = site
@@ -282,13 +259,13 @@ class Recorder(StepTracking):
         if first_site is None:
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
-        if out.is_floating_point() and op not in _SELECTS:
+        if out.is_floating_point() and not ops.selects(op):
             self._check_finite(op, first_site, args, kwargs, outputs)
         self.probes.observe(op, first_site, args, kwargs, self._count_rates())
-        activation = ACTIVATIONS.get(op)
+        activation = ops.activation(op)
         if activation is not None and out.is_floating_point():
             self._update_units(first_site, activation, out, detail, args)
-        if op in _MATMULS:
+        if ops.is_matmul(op):
             for param in parameters_in(args):
                 if param.ndim == 2 and param.shape[0] == param.shape[1] and self._feeds_back(args, first_site):
                     self.param_uses[id(param)].add(first_site)
@@ -301,11 +278,12 @@ class Recorder(StepTracking):
         activations would read as non-finite); after it, the sum (half the time of a norm;
         in float32 it overflows only when the values sum past 3e38).
         """
-        if op in _FINITE_PRESERVING and self._inputs_checked((*args, *kwargs.values())):
+        if ops.keeps_finite(op) and self._inputs_checked((*args, *kwargs.values())):
             self._note_checked(outputs)
             return
         out = outputs[0].detach()
-        sides = self._normaliser_sides(op, args, kwargs, outputs[0]) if op in _NORMALISERS else None
+        rule = ops.rule(op)
+        sides = self._normaliser_sides(rule, args, kwargs, outputs[0]) if rule is not None and rule.normaliser else None
         if site in self.builder.first_rms and sides is not None:
             value = torch.cat([t.detach().reshape(-1).float() for t in sides]).sum()
         elif site in self.builder.first_rms:
@@ -317,16 +295,16 @@ class Recorder(StepTracking):
         self.buffer.forward_flags.append((site, value, out.numel()))
         self._note_checked(outputs)
 
-    def _normaliser_sides(self, op: str, args: tuple, kwargs: dict, out: Tensor) -> list[Tensor] | None:
+    def _normaliser_sides(self, rule, args: tuple, kwargs: dict, out: Tensor) -> list[Tensor] | None:
         """The mean, rstd, weight and bias that, with a checked input, decide whether a
         normaliser's output is finite (None: check the output itself)."""
         node = out.grad_fn
-        if not args or not type(node).__name__.startswith(_NORMALISER_NODES) or not self._inputs_checked(args[:1]):
+        if not args or ops.node_rule(type(node).__name__) is not rule or not self._inputs_checked(args[:1]):
             return None
         stats = [getattr(node, "_saved_result1", None), getattr(node, "_saved_result2", None)]
         if not all(isinstance(t, Tensor) and t.numel() and t.is_floating_point() for t in stats):
             return None   # e.g. batch norm in eval mode: running statistics, not saved ones
-        weight_at, bias_at = _NORMALISERS[op]
+        weight_at, bias_at = rule.normaliser
         affine = [args[i] if len(args) > i else kwargs.get(name) for i, name in ((weight_at, "weight"), (bias_at, "bias"))]
         return stats + [t for t in affine if isinstance(t, Tensor)]
 
@@ -368,23 +346,20 @@ class Recorder(StepTracking):
         return False
 
     def _detail(self, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-        if op in ("softmax", "log_softmax") and args and isinstance(args[0], Tensor):
+        """What of the call a check needs later: a softmax's dim, a clamp's bounds, what fed a log."""
+        rule = ops.rule(op)
+        kind = None if rule is None else rule.detail
+        if kind == "softmax" and args and isinstance(args[0], Tensor):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             x = args[0]
             if dim is None:
                 dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
             return {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
-        if op == "log" and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
+        if kind == "log" and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
             return {"input_node": type(args[0].grad_fn).__name__}
-        if op in ("hardtanh", "hardtanh_", "relu6"):
-            low, high = hardtanh_bounds(op, args, kwargs)
+        if kind == "bounds":
+            low, high = rule.bounds(args, kwargs)
             return {"low": low, "high": high}
-        if op in _DEAD_ZONE_DETAIL:
-            low = kwargs.get("min", args[1] if len(args) > 1 else None)
-            high = kwargs.get("max", args[2] if len(args) > 2 else None)
-            if op == "clamp_max":
-                low, high = None, low
-            return {"low": _plain(low), "high": _plain(high)}
         return None
 
     def _update_units(self, site: int, activation, out: Tensor, detail, args) -> None:
@@ -428,7 +403,7 @@ class Recorder(StepTracking):
         params = parameters_in(args)
         if not any(p.requires_grad for p in params):
             return
-        if op in INIT_OPS and self.modules.current is None and args and isinstance(args[0], nn.Parameter):
+        if op in ops.calls.INIT_WRITES and self.modules.current is None and args and isinstance(args[0], nn.Parameter):
             self.note_init(args)
             return
         self._add_cut("no_grad", (self.modules.current,))
@@ -475,8 +450,3 @@ class Recorder(StepTracking):
         key = (kind, producers, where, self.modules.current)
         if key not in self.cuts:
             self.cuts[key] = CutEvent(kind, producers, self.modules.current, where, self.step)
-
-def _plain(value):
-    if isinstance(value, Tensor):
-        return None  # a tensor bound: reading it would sync the device
-    return value

@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from leaky import ops
 from leaky.stats import OpStats, RecurrenceStats
-
-_STEP_NODES = ("TanhBackward0", "ReluBackward0")
 
 
 EXACT_LIMIT = 512   # above this size, estimate rho instead of a full eigendecomposition
@@ -76,7 +75,7 @@ def _module_recurrences(modules, by_site: dict[int, OpStats], radius):
         gated = kind in ("lstm", "gru")
         blocks = {"lstm": 4, "gru": 3}.get(kind, 1)
         chunks = module.num_layers * (2 if module.bidirectional else 1)
-        step_ops = [op for op in by_site.values() if op.module_key == info.key and op.node in _STEP_NODES
+        step_ops = [op for op in by_site.values() if op.module_key == info.key and ops.rnn_step(op.node)
                     and op.profile]
         profile = step_ops[0].profile if step_ops else None
         for layer in range(module.num_layers):

@@ -1,0 +1,109 @@
+"""The one home of op knowledge: a registry of op rules (leaky/ops/rule.py).
+
+    from leaky import ops
+    rule = ops.rule("clip_")              # the clamp rule, by any spelling
+    rule = ops.node_rule("ClampBackward1") # ... or by the autograd node it became
+    rule.zero.derivative                  # "d/dx clamp(x, lo, hi) = 1 inside [lo, hi] and 0 outside"
+
+Rules are grouped by family, one file each: activations, dead zones, losses, layers,
+value-moving ops, arithmetic; calls that are not ops (metadata, graph cuts, init writes)
+are in calls.py. `register(OpRule(...))` adds one; every consumer sees it at once.
+"""
+from __future__ import annotations
+
+from leaky.ops import activations, arithmetic, calls, dead_zones, layers, losses, movement  # noqa: F401  (register)
+from leaky.ops.movement import ACCUMULATE, COMPILED
+from leaky.ops.rule import REGISTRY, Activation, OpRule, Zone, register
+
+rule = REGISTRY.rule
+node_rule = REGISTRY.node_rule
+registered = REGISTRY.registered
+unregister = REGISTRY.unregister
+on_change = REGISTRY.on_change
+where = REGISTRY.where
+
+
+def node_name(node) -> str:
+    return type(node).__name__
+
+
+def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
+    """(op and call spellings, node class prefixes): the words only leaky/ops may spell out."""
+    names, nodes = REGISTRY.vocabulary()
+    return names | calls.vocabulary(), nodes | {ACCUMULATE, COMPILED}
+
+
+__all__ = ["ACCUMULATE", "COMPILED", "Activation", "OpRule", "REGISTRY", "Zone", "calls", "node_name", "node_rule",
+           "on_change", "register", "registered", "rule", "unregister", "vocabulary", "where"]
+
+
+# -- questions the recorder and the checks ask, by op spelling or by node class name ----------
+def keeps_finite(op: str) -> bool:
+    """The op's output is finite whenever every input is. NOTE: not its in-place spellings:
+    their input is gone, so what they wrote is checked."""
+    found = rule(op)
+    return found is not None and found.keeps_finite and not op.endswith("_")
+
+
+def selects(op: str) -> bool:
+    found = rule(op)
+    return found is not None and found.selects
+
+
+def is_matmul(op: str) -> bool:
+    found = rule(op)
+    return found is not None and found.matmul
+
+
+def activation(op: str) -> Activation | None:
+    found = rule(op)
+    return None if found is None else found.activation
+
+
+def loss_expects(op: str) -> str | None:
+    found = rule(op)
+    return None if found is None else found.loss
+
+
+def layer_kind(op: str) -> str | None:
+    found = rule(op)
+    return None if found is None else found.layer
+
+
+def counts_zeros(node: str) -> bool:
+    found = node_rule(node)
+    return found is not None and found.counts_zeros
+
+
+def passes_gradient(node: str) -> bool:
+    """A node of a chain that carries a parameter's gradient on to AccumulateGrad unchanged in
+    meaning (a transpose, a view, an autocast copy)."""
+    found = node_rule(node)
+    return found is not None and found.passes_gradient
+
+
+def moves_values(node) -> bool:
+    """The node's backward sends exactly the arriving values, plus zeros (see movement.py)."""
+    found = node_rule(type(node).__name__)
+    if found is None:
+        return False
+    when = found.extra.get("moves_values_when")
+    return found.moves_values or (when is not None and when(node))
+
+
+def only_moves(node: str) -> bool:
+    """By its class name alone, the node only moves or reshapes values."""
+    found = node_rule(node)
+    return found is not None and (found.moves_values or found.passes_gradient)
+
+
+def feeds_units(node: str) -> bool:
+    """The node makes a conv or norm feature map, whose units are its channels."""
+    found = node_rule(node)
+    return found is not None and found.feeds_units
+
+
+def rnn_step(node: str) -> bool:
+    """The node of nn.RNN's per-time-step nonlinearity (tanh or relu, first overload)."""
+    found = node_rule(node)
+    return found is not None and found.extra.get("rnn_step", False) and node.endswith("Backward0")

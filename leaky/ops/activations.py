@@ -1,0 +1,76 @@
+"""Nonlinearities: their local derivative, where it is flat, whether a unit can die, and
+the initialisation a layer feeding them wants.
+
+    d/dx relu(x) = 1 if x > 0 else 0           # NOTE: PyTorch uses relu'(0) = 0
+    d/dz sigmoid(z) = s(1 - s) <= 1/4, reached at z = 0
+    d/dz tanh(z) = 1 - tanh(z)^2 <= 1, reached at z = 0
+    d/dx hardtanh(x, lo, hi) = 1 strictly inside (lo, hi), 0 outside
+"""
+from __future__ import annotations
+
+from leaky.ops.rule import Activation, OpRule, Zone, register
+
+
+def _sigmoid_share(s):
+    # d/dz sigmoid = s(1-s) <= 1/4, reached at z = 0.
+    return s * (1 - s) * 4
+
+
+def _tanh_share(t):
+    # d/dz tanh = 1 - tanh^2 <= 1, reached at z = 0.
+    return 1 - t * t
+
+
+def hardtanh_bounds(args: tuple, kwargs: dict) -> tuple[float, float]:
+    """(min_val, max_val) of a hardtanh call, as the user wrote it."""
+    low = kwargs.get("min_val", args[1] if len(args) > 1 else -1.0)
+    high = kwargs.get("max_val", args[2] if len(args) > 2 else 1.0)
+    return float(low), float(high)
+
+
+RELU = Activation("relu", can_die=True, nonnegative=True, init="relu")
+THRESHOLD = Activation("relu", can_die=True, init="relu")      # threshold(x, t, value): value may be < 0
+SIGMOID = Activation("sigmoid", _sigmoid_share, max_derivative=0.25, init="sigmoid")
+TANH = Activation("tanh", _tanh_share, max_derivative=1.0, init="tanh")
+HARDTANH = Activation("hardtanh", init="tanh")
+SOFTMAX = Activation("softmax", init="linear")
+
+BOUNDED = Zone(
+    "bounded", "d/dx hardtanh(x, lo, hi) = 1 strictly inside (lo, hi) and 0 outside",
+    "Scale or normalise what feeds it (LayerNorm/BatchNorm), or use a smooth activation such as "
+    "tanh or GELU.")
+SOFTMAX_OF_ONE = Zone(
+    "softmax1", "softmax over a dimension of size 1 is constant 1, so its Jacobian diag(s) − ssᵀ is 0",
+    "For one logit use torch.sigmoid with nn.BCEWithLogitsLoss; otherwise take the softmax over "
+    "the class dimension (dim=-1 of a [batch, classes] tensor).")
+
+register(OpRule("relu", ("relu_",), ("ReluBackward",), "d/dx relu(x) = 1 if x > 0 else 0", activation=RELU,
+                counts_zeros=True, keeps_finite=True, clips=True, replacement="leaky_relu",
+                extra={"relu_like": True, "rnn_step": True}))
+register(OpRule("threshold", ("threshold_",), ("ThresholdBackward",), "d/dx threshold(x, t, v) = 1 if x > t else 0",
+                activation=THRESHOLD, counts_zeros=True, clips=True))
+register(OpRule("sigmoid", ("sigmoid_",), ("SigmoidBackward",), "sigmoid local gradient s(1−s) is at most 0.25",
+                activation=SIGMOID, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True))
+register(OpRule("tanh", ("tanh_",), ("TanhBackward",), "tanh local gradient 1−tanh² is at most 1",
+                activation=TANH, counts_zeros=True, keeps_finite=True, output_range=(-1.0, 1.0),
+                extra={"rnn_step": True}))
+register(OpRule("hardtanh", ("hardtanh_",), ("HardtanhBackward",), BOUNDED.derivative, zero=BOUNDED,
+                activation=HARDTANH, counts_zeros=True, keeps_finite=True, output_range=(-1.0, 1.0),
+                bounds=hardtanh_bounds, replacement="straight-through", detail="bounds"))
+register(OpRule("relu6", (), (), BOUNDED.derivative, zero=BOUNDED, activation=HARDTANH, keeps_finite=True,
+                bounds=lambda args, kwargs: (0.0, 6.0), replacement="straight-through", detail="bounds",
+                extra={"relu_like": True}))
+register(OpRule("softmax", ("_softmax",), ("SoftmaxBackward",), "its Jacobian is diag(s) − ssᵀ", zero=SOFTMAX_OF_ONE,
+                activation=SOFTMAX, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True,
+                detail="softmax"))
+register(OpRule("log_softmax", ("_log_softmax",), ("LogSoftmaxBackward",), "its Jacobian is I − 1sᵀ",
+                zero=SOFTMAX_OF_ONE, counts_zeros=True, keeps_finite=True, detail="softmax"))
+register(OpRule("softsign", (), ("SoftsignBackward",), keeps_finite=True))
+for _name, _nodes in (("leaky_relu", ("LeakyReluBackward",)), ("elu", ("EluBackward",)),
+                      ("gelu", ("GeluBackward",)), ("silu", ("SiluBackward",)), ("mish", ("MishBackward",))):
+    register(OpRule(_name, (f"{_name}_",), _nodes, counts_zeros=_name in ("leaky_relu", "elu"),
+                    extra={"relu_like": True}))
+register(OpRule("hardsigmoid", ("hardsigmoid_",), ("HardsigmoidBackward",), counts_zeros=True))
+register(OpRule("hardswish", ("hardswish_",), ("HardswishBackward",), counts_zeros=True))
+register(OpRule("dropout", ("dropout_", "feature_dropout", "alpha_dropout"), ("NativeDropoutBackward", "DropoutBackward"),
+                counts_zeros=True))

@@ -1,0 +1,35 @@
+"""Elementwise arithmetic: where a product or a max can zero a gradient, and where a
+derivative is infinite while the value is finite (LK107's backward traps).
+
+    d/dx (x * m) = m              zero wherever the other factor is (a mask)
+    d/dx max(x, y) = 1 where x is the larger, else 0
+    d/dx log(x) = 1/x             infinite at x = 0; where(x > 0, log(x), 0) still computes it
+    d/dx sqrt(x) = 1/(2·sqrt(x))  infinite at x = 0
+    0 · inf = NaN                 a masked branch does not protect the backward pass
+"""
+from __future__ import annotations
+
+from leaky.ops.rule import OpRule, register
+
+# NOTE: "Mul" as torch's own node prefix: MulBackward0/1 (and the multi-margin losses' nodes).
+register(OpRule("mul", (), ("Mul",), "d/dx (x * m) = m", counts_zeros=True))
+register(OpRule("abs", (), ("AbsBackward",), "d/dx |x| = sign(x), 0 at x = 0", counts_zeros=True))
+register(OpRule("maximum", (), ("MaximumBackward",), counts_zeros=True))
+register(OpRule("minimum", (), ("MinimumBackward",), counts_zeros=True))
+register(OpRule("log", (), ("LogBackward",), "d/dx log(x) = 1/x", detail="log", trap=(
+    "d/dx log(x) = 1/x is infinite at x = 0 (and log is NaN for x < 0); masking the output "
+    "with where() does not mask the backward, since 0 · inf = NaN",
+    "Mask the input, not the output: torch.log(torch.where(x > 0, x, torch.ones_like(x))), or "
+    "add an epsilon: torch.log(x.clamp_min(1e-12)).")))
+register(OpRule("sqrt", (), ("SqrtBackward",), "d/dx sqrt(x) = 1/(2·sqrt(x))", trap=(
+    "d/dx sqrt(x) = 1/(2·sqrt(x)) is infinite at x = 0",
+    "Add an epsilon inside: torch.sqrt(x + 1e-12), or use torch.linalg.vector_norm, whose "
+    "gradient at 0 is defined.")))
+register(OpRule("div", (), ("DivBackward",), "d/dy (x/y) = −x/y²", trap=(
+    "d/dy (x/y) = −x/y² is infinite at y = 0", "Guard the denominator: x / (y + eps).")))
+register(OpRule("pow", (), ("PowBackward",), "d/dx x^p = p·x^(p−1)", trap=(
+    "d/dx x^p = p·x^(p−1) is infinite at 0 for p < 1", "Add an epsilon to the base.")))
+register(OpRule("exp", (), ("ExpBackward",), "d/dx exp(x) = exp(x)", trap=(
+    "exp overflows to inf for inputs above ~88 in float32",
+    "Subtract the max first (log-sum-exp) or use the stable built-in (log_softmax, "
+    "logsumexp, BCEWithLogitsLoss).")))

@@ -1,0 +1,155 @@
+"""An op rule: everything leaky knows about one op, registered once, found by any spelling.
+
+Modelled on torch/utils/flop_counter.py's `register_flop_formula`: a rule is registered
+under its canonical name (the torch function the user calls: "clamp"), and is found by
+every other spelling of the same op (its in-place and alias forms: "clamp_", "clip",
+"clip_") and by the autograd node classes it becomes ("ClampBackward1", "ClampMinBackward0").
+Recording, the checks and `leaky fix` read op knowledge from here and nowhere else.
+
+Adding a dead-zone op (hardshrink, say) is one `register(OpRule(...))` with its node
+classes and its `zero` facet: the recorder then counts the zeros of its gradient, LK106
+judges them, and LK106's message quotes the rule's derivative.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+
+@dataclass(frozen=True)
+class Zone:
+    """Where an op's local derivative is exactly 0 on a share of elements: a dead zone."""
+
+    kind: str                      # "clamp" | "step" | "select" | "softmax1" | "bounded": how LK106 measures it
+    derivative: str                # the derivative, written out, for LK106's message
+    fix: str                       # what to do instead
+
+
+@dataclass(frozen=True)
+class Activation:
+    """How per-unit statistics read a nonlinearity's output (record/activations.py)."""
+
+    family: str                                   # "relu" | "sigmoid" | "tanh" | "hardtanh" | "softmax"
+    # the local derivative as a share of its maximum, computed from the OUTPUT
+    derivative_share: Callable[[Any], Any] | None = None
+    can_die: bool = False                         # ReLU family: a unit can be silent for good
+    nonnegative: bool = False                     # outputs are never below 0 (relu, not threshold)
+    max_derivative: float | None = None           # the derivative's maximum (sigmoid 1/4, tanh 1)
+    init: str = "linear"                          # nn.init gain name of a layer feeding it
+
+
+@dataclass(frozen=True)
+class OpRule:
+    name: str                                     # canonical: the torch function the user calls
+    aliases: tuple[str, ...] = ()                 # in-place, method and alias spellings of the same op
+    nodes: tuple[str, ...] = ()                   # autograd node class name prefixes it becomes
+    derivative: str | None = None                 # its local derivative, written out
+    zero: Zone | None = None                      # a dead zone: where the derivative is exactly 0
+    counts_zeros: bool = False                    # its backward can zero elements: count them (cheap gate)
+    bounds: Callable[[tuple, dict], tuple] | None = None   # (low, high) read from the call
+    activation: Activation | None = None          # per-unit statistics of its output
+    replacement: str | None = None                # "straight-through" | "leaky_relu" | "identity": leaky fix
+    moves_values: bool = False                    # backward only moves the arriving values (views, slices)
+    passes_gradient: bool = False                 # a chain of these ending in AccumulateGrad carries a weight's grad
+    keeps_finite: bool = False                    # its output is finite whenever every input is
+    selects: bool = False                         # masks by selection: an -inf fill is intended
+    loss: str | None = None                       # a loss: what its first argument must be
+    layer: str | None = None                      # "linear" | "conv": a layer with a weight argument
+    matmul: bool = False                          # a matrix product (a recurrence's W_hh @ h)
+    normaliser: tuple[int, int] | None = None     # batch/layer/group norm: weight and bias positions
+    output_range: tuple[float, float] | None = None   # a bounded output (sigmoid [0, 1], tanh [-1, 1])
+    normalises: bool = False                      # applies the normalisation a logits loss applies again
+    clips: bool = False                           # its output is never negative: logits fed through it cannot be
+    trap: tuple[str, str] | None = None           # LK107: why its backward can be infinite, and the fix
+    cut: str | None = None                        # leaves the autograd graph: "detach" | "numpy" | "item" | ...
+    init_write: bool = False                      # an in-place write used to initialise a parameter
+    passthrough_call: bool = False                # reads metadata only: pass straight through the mode
+    feeds_units: bool = False                     # a node whose output is a conv/norm feature map (units by channel)
+    detail: str | None = None                     # what of the call to keep: "softmax" | "log" | "bounds"
+    extra: dict = field(default_factory=dict)     # anything a single consumer needs (documented there)
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+class Registry:
+    """Rules by spelling and by node class, with caches that a new rule clears."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, OpRule] = {}
+        self._rules: list[OpRule] = []
+        self._node_cache: dict[str, OpRule | None] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self.version = 0
+
+    def register(self, rule: OpRule) -> OpRule:
+        for spelling in rule.spellings:
+            if spelling in self._by_name:
+                raise ValueError(f"op {spelling!r} already has a rule ({self._by_name[spelling].name})")
+        for spelling in rule.spellings:
+            self._by_name[spelling] = rule
+        self._rules.append(rule)
+        self._changed()
+        return rule
+
+    def unregister(self, rule: OpRule) -> None:
+        for spelling in rule.spellings:
+            if self._by_name.get(spelling) is rule:
+                del self._by_name[spelling]
+        self._rules = [r for r in self._rules if r is not rule]
+        self._changed()
+
+    @contextlib.contextmanager
+    def registered(self, rule: OpRule) -> Iterator[OpRule]:
+        """A rule for the length of a block (tests)."""
+        self.register(rule)
+        try:
+            yield rule
+        finally:
+            self.unregister(rule)
+
+    def on_change(self, clear: Callable[[], None]) -> None:
+        """Run `clear` whenever a rule is added or removed (a consumer's cache)."""
+        self._listeners.append(clear)
+
+    def _changed(self) -> None:
+        self._node_cache.clear()
+        self.version += 1
+        for clear in self._listeners:
+            clear()
+
+    def rule(self, op: str | None) -> OpRule | None:
+        """The rule of an op by any of its spellings."""
+        return self._by_name.get(op) if op else None
+
+    def node_rule(self, node: str | None) -> OpRule | None:
+        """The rule of an autograd node class (by its name, e.g. "ClampBackward1")."""
+        if not node:
+            return None
+        cache = self._node_cache
+        if node in cache:
+            return cache[node]
+        best, length = None, 0
+        for rule in self._rules:
+            for prefix in rule.nodes:
+                if node.startswith(prefix) and len(prefix) > length:
+                    best, length = rule, len(prefix)
+        cache[node] = best
+        return best
+
+    def rules(self) -> tuple[OpRule, ...]:
+        return tuple(self._rules)
+
+    def where(self, predicate: Callable[[OpRule], bool]) -> frozenset[str]:
+        """Every spelling of the ops whose rule satisfies `predicate`."""
+        return frozenset(s for rule in self._rules if predicate(rule) for s in rule.spellings)
+
+    def vocabulary(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(op spellings, node class prefixes): the words only leaky/ops may spell out."""
+        return frozenset(self._by_name), frozenset(p for rule in self._rules for p in rule.nodes)
+
+
+REGISTRY = Registry()
+register = REGISTRY.register
