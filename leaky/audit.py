@@ -15,6 +15,7 @@ from typing import Callable
 
 from leaky.checks import run_all
 from leaky.config import AuditConfig
+from leaky.derive import StatsBuilder, build_stats
 from leaky.notes import run_notes
 from leaky.record.compiled import NOTE as COMPILED_NOTE
 from leaky.record.recorder import Recorder
@@ -31,8 +32,8 @@ class Audit:
                  on_series: Callable[[list], None] | None = None) -> None:
         base = config or AuditConfig()
         self.config = dataclasses.replace(base, steps=steps) if config is None or steps is not None else base
-        self._recorder = Recorder(self.config, on_limit=on_limit, on_step=on_step, sample_every=sample_every,
-                                  on_series=on_series)
+        self._recorder = Recorder(self.config, StatsBuilder, on_limit=on_limit, on_step=on_step,
+                                  sample_every=sample_every, on_series=on_series)
         self.stats: AuditStats | None = None
         self._report: Report | None = None
         self.run_info: dict = {}
@@ -44,7 +45,7 @@ class Audit:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._recorder.__exit__(exc_type, exc, tb)
         try:
-            self.stats = self._recorder.finish()
+            self.stats = build_stats(self._recorder)
         except Exception as exc:   # leaky's own failure: report it, do not mask the user's code
             self._recorder.fail(exc)
             self.stats = AuditStats.empty()

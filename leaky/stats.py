@@ -1,7 +1,7 @@
 """Stats: what the recorder saw, as frozen host numbers the checks read.
 
-`leaky.fold.StatsBuilder` produces an `AuditStats` at the end of an audit; checks and
-reports read nothing else.
+`leaky.derive` produces an `AuditStats` from what `leaky.record` saw; checks and reports
+read nothing else.
 """
 from __future__ import annotations
 
@@ -242,6 +242,26 @@ class FunctionStats:
 
 
 @dataclass(frozen=True)
+class ModuleRow:
+    """One module whose ops ran backward: the gradient-flow table's row (derive/modules.py)."""
+
+    module: str                   # its name, or "<script>" for ops outside any module
+    type: str                     # its class name ("" for <script>)
+    order: int                    # creation order of its entry op: rows sort from the loss end
+    start: int                    # creation order of its first op with a measured gradient
+    entry_site: int | None        # its latest op in forward order with a measured arriving gradient
+    grad_norm: float | None       # the gradient norm entering it from the loss side (its entry op's)
+    gain: float | None            # leaving (its earliest op's, toward activations) over entering
+    zeroed_share: float | None    # the largest share of arriving gradient one of its ops zeroes
+    dead_share: float | None      # the largest share of dead units among its activations
+    saturated_share: float | None  # the largest flat share among its activations
+    ops: int                      # its op sites that ran backward
+    trainable: bool               # it owns a trainable parameter that got a gradient
+    recurrent: bool               # it holds a recurrence (its gradient profile is judged by LK105)
+    update_ratio: float | None    # the largest median ||dw||/||w|| among its weights
+
+
+@dataclass(frozen=True)
 class AuditStats:
     steps: int
     backward_calls: int
@@ -276,6 +296,7 @@ class AuditStats:
     # steps whose loss was the first after weights outside every optimizer changed (a synced target network)
     target_syncs: tuple[int, ...] = ()
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
+    module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
 
     @classmethod
     def empty(cls) -> "AuditStats":

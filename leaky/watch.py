@@ -22,6 +22,7 @@ import torch
 from leaky.audit import Audit
 from leaky.checks import run_all
 from leaky.config import AuditConfig
+from leaky.derive import build_stats
 from leaky.finding import Finding, Severity
 from leaky.record import distributed
 from leaky.record.recorder import Recorder, StopObserving
@@ -126,13 +127,13 @@ class Watch(Audit):
             return   # the last check pass was less than CHECK_GAP steps ago
         self._checked_at = step
         recorder.flush_series()   # the checks read the loss series up to this step
-        stats = recorder.finish()
+        stats = build_stats(recorder)
         findings = run_all(stats, self.config)
         if self.store is not None:
             self.store.add_module_stats(self.run_id, step, [
                 {"module": row["module"], "grad_norm": row["grad_norm"], "gain": row["gain"],
                  "dead_share": row["dead_share"], "saturated_share": row["saturated_share"],
-                 "update_ratio": _module_update_ratio(stats, row["module"])} for row in module_rows(stats)])
+                 "update_ratio": row["update_ratio"]} for row in module_rows(stats)])
         new = self._announce(findings, step)
         for sink in self.sinks:
             sink.write(step, stats, findings, new)
@@ -153,12 +154,6 @@ class Watch(Audit):
                 if self.on_finding is not None:
                     self.on_finding(finding, step)
         return new
-
-
-def _module_update_ratio(stats, module: str) -> float | None:
-    ratios = [p.update_ratio for p in stats.params if p.module == module and p.update_ratio is not None
-              and len(p.shape) >= 2]
-    return max(ratios) if ratios else None
 
 
 def _finite(value):

@@ -10,7 +10,7 @@ from torch import nn
 
 import leaky
 from leaky.demo import serious
-from leaky.record.recurrence import _radius
+from leaky.derive.recurrence import _radius
 
 
 class PeakedAttention(nn.Module):

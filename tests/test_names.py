@@ -15,7 +15,7 @@ from rich.console import Console
 from torch import nn
 
 import leaky
-from leaky import fold
+from leaky.derive import accumulate as fold
 from leaky.report.runs import runs_table
 from leaky.report.shorten import distinct_width, shorten_middle
 from leaky.report.terminal import flow_table, render_text

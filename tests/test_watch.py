@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import leaky
-from leaky import fold
+from leaky.derive import accumulate as fold
 from leaky.cli import main
 from leaky.store import Store
 from leaky.zoo import dynamics

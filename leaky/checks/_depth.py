@@ -23,27 +23,19 @@ class DepthProfile:
 
 
 def depth_profile(stats: AuditStats) -> DepthProfile | None:
-    trainable = {p.module for p in stats.params if p.requires_grad and p.grad_steps > 0}
-    recurrent = {r.module for r in stats.recurrences}
-    entries: dict[str, OpStats] = {}
-    starts: dict[str, int] = {}
-    for op in stats.ops:
-        if op.module not in trainable or op.grad_in is None or op.module in recurrent:
-            continue
-        current = entries.get(op.module)
-        if current is None or op.first_seq > current.first_seq:
-            entries[op.module] = op
-        starts[op.module] = min(starts.get(op.module, op.first_seq), op.first_seq)
-    if len(entries) < 2:
+    """From the per-module table: the modules that own a trainable parameter that got a
+    gradient, outside recurrences, each entered at its latest op with a measured gradient."""
+    rows = [row for row in stats.module_table if row.trainable and not row.recurrent and row.entry_site is not None]
+    if len(rows) < 2:
         return None
-    order = sorted(entries, key=lambda name: starts[name])
-    earliest, latest = entries[order[0]], entries[order[-1]]
+    order = sorted(rows, key=lambda row: row.start)
+    earliest, latest = stats.op(order[0].entry_site), stats.op(order[-1].entry_site)
     if not latest.grad_in or not math.isfinite(latest.grad_in) or not math.isfinite(earliest.grad_in):
         return None
     path = tuple(op for op in stats.ops
                  if op.gain is not None and earliest.first_seq <= op.first_seq <= latest.first_seq
                  and op.steps > 0)
-    return DepthProfile(earliest, latest, earliest.grad_in / latest.grad_in, path, len(entries))
+    return DepthProfile(earliest, latest, earliest.grad_in / latest.grad_in, path, len(rows))
 
 
 def worst_ops(path: tuple[OpStats, ...], shrinking: bool, limit: int = 3) -> list[OpStats]:

@@ -3,91 +3,21 @@
 For each node the hook sees the gradient arriving from the loss side (`grad_outputs` in
 autograd's naming) and the gradients it sends to its inputs (`grad_inputs`). It records
 their norms and, for elementwise nodes, how many elements were nonzero before and after,
-as 0-d device tensors in a per-step list. `StepBuffer.flush` stacks them and copies them to
-the host once per step.
+as 0-d device tensors in a per-step list (record/step_record.py); `StepBuffer.flush` stacks
+them and copies them to the host once per step.
 """
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 from functools import lru_cache, partial
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from leaky import ops
 from leaky.record import distributed
 from leaky.record.compiled import outside_graphs
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    """Host-side description of one hook call; its numbers sit in the value list."""
-
-    site: int
-    seq: int            # creation order of the node: forward order, recurrence time order
-    offset: int         # where its values start in the step's value list
-    n_in: int           # gradients arriving
-    n_act: int          # gradients sent to other nodes (activations)
-    n_param: int        # gradients sent to parameters (AccumulateGrad)
-    counted: bool       # whether nonzero counts were taken (elementwise node)
-    numel_in: int
-    half: bool = False  # low-precision counts follow: zeros and subnormals arriving
-
-
-class StepBuffer:
-    """Device values of the current step plus their host-side layout."""
-
-    def __init__(self) -> None:
-        self.values: list[Tensor] = []
-        self.records: list[NodeRecord] = []
-        self.forward_flags: list[tuple[int, Tensor, int]] = []   # (site, output norm, numel)
-        self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
-
-    def __len__(self) -> int:
-        return len(self.records) + len(self.forward_flags) + len(self.extras)
-
-    def flush(self) -> "HostStep":
-        """The single device-to-host copy of the step."""
-        names = list(self.extras)
-        pieces = self.values + [flag for _, flag, _ in self.forward_flags] + [self.extras[n] for n in names]
-        host = _to_host(pieces)
-        start = len(self.values)
-        flags = host[start:start + len(self.forward_flags)]
-        extras = dict(zip(names, host[start + len(self.forward_flags):]))
-        step = HostStep(host[:start], list(self.records), [s for s, _, _ in self.forward_flags], flags, extras,
-                        [n for _, _, n in self.forward_flags])
-        self.values, self.records, self.forward_flags, self.extras = [], [], [], {}
-        return step
-
-
-def _to_host(pieces: list[Tensor]) -> np.ndarray:
-    """Stack 0-d values and copy them to the host: one transfer per device."""
-    if not pieces:
-        return np.zeros(0)
-    with torch._C.DisableTorchFunction():
-        pieces = distributed.materialise(pieces)   # FSDP2 norms: combined across ranks
-        first = pieces[0].device
-        if all(p.device == first for p in pieces):
-            return torch.stack(pieces).detach().cpu().double().numpy()
-        host = np.zeros(len(pieces))
-        by_device: dict = {}
-        for index, piece in enumerate(pieces):
-            by_device.setdefault(piece.device, []).append(index)
-        for indices in by_device.values():
-            host[indices] = torch.stack([pieces[i] for i in indices]).detach().cpu().double().numpy()
-        return host
-
-
-@dataclass
-class HostStep:
-    values: np.ndarray
-    records: list[NodeRecord]
-    forward_sites: list[int]
-    forward_finite: np.ndarray     # forward output norms (sums once a site's RMS is known): non-finite where an output was
-    extras: dict[str, float]
-    forward_numel: list[int]
+from leaky.record.step_record import HostStep, NodeRecord, StepBuffer  # noqa: F401  (re-exported)
 
 
 def leads_to_param(node, depth: int = 3) -> bool:

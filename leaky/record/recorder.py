@@ -1,8 +1,9 @@
 """Recorder: owns every instrument for one audit and removes them all on exit.
 
 It counts steps (optimizer steps, or backward calls when no optimizer runs), flushes the
-device-side values once per step into the host-side `StatsBuilder`, and stops observing
-after the configured number of steps.
+device-side values of each sampled step once, as a typed HostStep, into its sink (a
+`derive.StatsBuilder`, given by whoever runs the audit), and stops observing after the
+configured number of steps. It observes and records; it computes no statistic.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from leaky.record.origins import OriginWatch, bare_method_statement
 from leaky.record.sites import SiteTable, SourceLocator
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
-from leaky.fold import StatsBuilder
-from leaky.stats import AuditStats, CutEvent
+from leaky.record.params import ParamTable
+from leaky.stats import CutEvent
 
 # NOTE: an op that can only pass values on (ops.keeps_finite: it copies, selects, bounds or
 # normalises them and never makes one larger than the largest input) has its output checked
@@ -52,9 +53,11 @@ class Recorder(StepTracking):
     """Records a run. `sample_every=None` observes every step in detail (an audit); an
     integer N observes every N-th step in detail and only the cheap monitor otherwise."""
 
-    def __init__(self, config: AuditConfig, on_limit: Callable[[], None] | None = None,
+    def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
                  on_series: Callable[[list], None] | None = None) -> None:
+        """`make_sink(sites, modules)`: what each sampled step's record goes to (add_step,
+        add_series, merge_ranks; its `steps` counts the sampled steps it received)."""
         self.config = config
         self.on_limit = on_limit
         self.on_step = on_step
@@ -77,7 +80,10 @@ class Recorder(StepTracking):
         self.grads = GradientRecorder(self.buffer, self.fail, self._count_rates)
         self.error: str | None = None       # leaky's own failure, if one happened
         self.unauditable: str | None = None  # why the run has nothing to measure, if so
-        self.builder = StatsBuilder(self.sites, self.modules, config)
+        self.params = ParamTable(self.modules)
+        self.builder = make_sink(self.sites, self.modules)
+        self.clean_sites: set[int] = set()   # sites whose output was checked on a clean step (see _check_finite)
+        self._bad_seen = False               # a NaN/Inf appeared in a forward output or the loss
         self.units: dict[int, UnitStats] = {}
         self.probes = ForwardProbes(("leaky", id(self)))
         self.functions = FunctionWatch(self)
@@ -208,14 +214,6 @@ class Recorder(StepTracking):
     def steps_done(self) -> int:
         return self.builder.steps
 
-    def finish(self) -> AuditStats:
-        idle = bool(self._optimizer_exists) and not self.saw_optimizer and self.backward_calls >= 2
-        return self.builder.build(self.units, self.cuts, self.param_uses, self.optimizers,
-                                  self.backward_calls, self.probes, self.functions.checks, idle, self.init_sites,
-                                  self.origins, self._idle_at() if idle else None,
-                                  coupled=self.coupling.pairs, syncs=self.moving.syncs,
-                                  compiled=frozenset(self.compiled.module_keys))
-
     def _idle_at(self) -> tuple | None:
         """With an optimizer that never stepped: a bare `optimizer.step` statement near the
         backward() call (the method named, not called), else the backward() call itself."""
@@ -284,9 +282,9 @@ class Recorder(StepTracking):
         out = outputs[0].detach()
         rule = ops.rule(op)
         sides = self._normaliser_sides(rule, args, kwargs, outputs[0]) if rule is not None and rule.normaliser else None
-        if site in self.builder.first_rms and sides is not None:
+        if site in self.clean_sites and sides is not None:
             value = torch.cat([t.detach().reshape(-1).float() for t in sides]).sum()
-        elif site in self.builder.first_rms:
+        elif site in self.clean_sites:
             low = out.dtype in (torch.float16, torch.bfloat16)
             value = out.sum(dtype=torch.float32 if low else None)
         else:
@@ -428,7 +426,7 @@ class Recorder(StepTracking):
     def _producer_modules(self, tensor: Tensor, depth: int = 8) -> tuple[int | None, ...]:
         """The modules whose ops produced this tensor, nearest first, through its ancestry."""
         if isinstance(tensor, nn.Parameter):
-            return (self.builder.module_of_param(tensor),)
+            return (self.params.module_of(tensor),)
         found, frontier, seen = [], [tensor.grad_fn], set()
         for _ in range(depth):
             following = []

@@ -100,7 +100,7 @@ class StepTracking:
         if self.saw_optimizer or not self._calls_since_step:
             return False
         if self._optimizer_exists is None:
-            trained = {id(p) for p in self.builder.tracked_params()}
+            trained = {id(p) for p in self.params.tracked()}
             self._optimizer_exists = bool(trained) and _live_optimizer_over(trained)
         return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
 
@@ -109,7 +109,7 @@ class StepTracking:
             return None
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
-            self.builder.note_optimizer(optimizer, len(self.optimizers) - 1)
+            self.params.note_optimizer(optimizer, len(self.optimizers) - 1)
         self.guarded(self._note_step_origin, optimizer, self.observing)
         self.saw_optimizer = True
         self.last_optimizer = optimizer
@@ -216,7 +216,7 @@ class StepTracking:
         total = self._flush() if sampled else None
         optimizer = self.last_optimizer if self.saw_optimizer else None
         self.monitor.end_step(self.step, optimizer, total, self.optimizer_index(optimizer))
-        self.moving.at_step_end(self.step, self.modules, self.builder.opt_params)
+        self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
         # NOTE: a watch's series is copied in batches (its check pass flushes it first); an
         # audit's at each step.
         if self.monitor.due() or (sampled and self.sample_every is None):
@@ -257,10 +257,11 @@ class StepTracking:
         """Fold the sampled step; returns the lead optimizer's total gradient norm, made
         from the parameter norms just taken (the monitor need not take them again)."""
         self._calls_since_step = 0
-        grads = self.builder.collect_param_grads(self.buffer, self.grads.known_norm)
+        grads = self.params.collect_grads(self.buffer, self.grads.known_norm)
         total = self._total_norm(*grads)
         updates, self._update_layout = getattr(self, "_update_layout", None), None
         host = self.buffer.flush()
+        self._note_clean_sites(host)
         self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
         if distributed.running():
@@ -284,10 +285,17 @@ class StepTracking:
 
     def _reduce_across_ranks(self) -> None:
         """Collectives on every rank at the same sampled step (DDP keeps ranks in step)."""
-        self.builder.global_units = distributed.reduce_units(self.units)
-        if not self.builder.remote_events_done:
-            events = distributed.gather_events(self.builder.local_event())
-            self.builder.note_rank_events(events)
+        self.builder.merge_ranks(self.units)
+
+    def _note_clean_sites(self, host) -> None:
+        """Sites whose forward output has been checked on a clean step: from then on a sum,
+        not a norm, checks it (see Recorder._check_finite). None after a NaN/Inf appeared in
+        a forward output or the loss; a step whose only NaN is in the backward is skipped."""
+        if host.forward_bad or host.loss_bad:
+            self._bad_seen = True
+        if self._bad_seen or host.backward_bad:
+            return
+        self.clean_sites.update(site for site, numel in zip(host.forward_sites, host.forward_numel) if numel)
 
 
 

@@ -1,49 +1,13 @@
 """The report's tables: per module (loss to input), per op, per parameter, per recurrence."""
 from __future__ import annotations
 
-from collections import defaultdict
-
-from leaky.stats import AuditStats, OpStats, thin
-
-SCRIPT = "<script>"   # ops that ran outside any module: the loss code, usually
-
-
-def _max(values):
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
-
+from leaky.stats import AuditStats, thin
 
 def module_rows(stats: AuditStats) -> list[dict]:
-    """One row per module that ran backward, ordered from the loss end to the input end."""
-    groups: dict[str, list[OpStats]] = defaultdict(list)
-    for op in stats.ops:
-        if op.steps:
-            groups[op.module if op.module is not None else SCRIPT].append(op)
-    acts: dict[str, list] = defaultdict(list)
-    for act in stats.activations:
-        acts[act.module if act.module is not None else SCRIPT].append(act)
-    rows = []
-    for name, ops in groups.items():
-        entry = max(ops, key=lambda op: op.first_seq)
-        leaving = [op for op in ops if op.grad_out is not None]
-        exit_op = min(leaving, key=lambda op: op.first_seq) if leaving else None
-        gain = None
-        if exit_op is not None and entry.grad_in:
-            gain = exit_op.grad_out / entry.grad_in
-        dead = _max(a.dead_units / a.units for a in acts[name] if a.dead_units is not None and a.units)
-        rows.append({
-            "module": name,
-            "type": stats.module_types.get(name, "") if name != SCRIPT else "",
-            "order": entry.first_seq,
-            "grad_norm": entry.grad_in,
-            "gain": gain,
-            "zeroed_share": _max(op.zeroed_share for op in ops),
-            "dead_share": dead,
-            "saturated_share": _max(a.flat_share for a in acts[name]),
-            "ops": len(ops),
-        })
-    rows.sort(key=lambda row: -row["order"])
-    return rows
+    """The gradient-flow table (AuditStats.module_table, computed by derive/modules.py), as rows."""
+    return [{"module": row.module, "type": row.type, "order": row.order, "grad_norm": row.grad_norm, "gain": row.gain,
+             "zeroed_share": row.zeroed_share, "dead_share": row.dead_share, "saturated_share": row.saturated_share,
+             "ops": row.ops, "update_ratio": row.update_ratio} for row in stats.module_table]
 
 
 def op_rows(stats: AuditStats) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Fold what `record/origins.py` saw into frozen stats: per optimizer that stepped, where
+"""What `record/origins.py` saw, as frozen stats: per optimizer that stepped, where
 it was built, stepped and zeroed, its scheduler and its learning rates; and the
 low-precision casts."""
 from __future__ import annotations

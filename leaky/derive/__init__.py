@@ -1,0 +1,34 @@
+"""derive/: the only place where statistics are computed.
+
+    record/ (raw step records)  →  derive/  →  AuditStats  →  checks/, report/
+
+- `accumulate.py`: each sampled step's HostStep folded into per-site, per-parameter and
+  per-optimizer running sums; the every-step series.
+- `ranks.py`: the merge across ranks.
+- `assemble.py`: the end of a run (or a watch's check pass): AuditStats from the running
+  sums and the recorder's raw state.
+- `modules.py`: the per-module table, once. `recurrence.py`: spectral radii.
+  `origins.py`: where optimizers, schedulers and casts were set up.
+
+`StatsBuilder` is what a Recorder is given as its sink: the recorder calls add_step,
+add_series and merge_ranks, and never reads a statistic back.
+"""
+from __future__ import annotations
+
+from leaky.derive.accumulate import StepFolder
+from leaky.derive.assemble import build_stats
+from leaky.derive.ranks import RankMerge
+
+
+class StatsBuilder(StepFolder, RankMerge):
+    """The running sums of one audit, and what they need to name sites and modules."""
+
+    def __init__(self, sites, modules) -> None:
+        StepFolder.__init__(self)
+        RankMerge.__init__(self)
+        self.sites = sites
+        self.modules = modules
+        self.radius_cache = None   # spectral radii, reused across a watch's check passes
+
+
+__all__ = ["StatsBuilder", "build_stats"]

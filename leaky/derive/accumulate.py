@@ -1,0 +1,234 @@
+"""Per-step accumulation: each sampled step's host record folded into running sums.
+
+Memory grows with the number of ops, units and parameters, never with steps or batch
+size: per site a few running sums and the last step's per-occurrence profile; per
+parameter its last gradient norm and a bounded list of update ratios; the every-step
+series, bounded too (a watched run's store keeps it all).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from leaky.record.step_record import HostStep, NodeRecord
+from leaky.stats import SeriesRow
+
+SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
+UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
+ZERO_WARMUP = 5          # steps after a weight was exactly 0 whose update ratio is not judged
+
+
+@dataclass
+class SiteSums:
+    """Running sums for one site, over the clean sampled steps in which its backward ran."""
+
+    steps: int = 0
+    occurrences: int = 0                 # hook calls, summed over steps
+    log_in: float = 0.0                  # sums of log10 norms: geometric means at the end
+    n_in: int = 0
+    log_out: float = 0.0
+    n_out: int = 0
+    log_param: float = 0.0
+    n_param: int = 0
+    log_gain: float = 0.0
+    n_gain: int = 0
+    nonzero_in: float = 0.0              # arriving nonzero elements, summed over the steps counted
+    zeroed: float = 0.0                  # ... of them that left this op as exactly 0
+    profile: list[tuple[int, float]] = field(default_factory=list)   # last step: (creation order, norm in)
+    half_zero: float = 0.0               # low-precision gradients arriving: exact zeros,
+    half_subnormal: float = 0.0          # ... subnormals,
+    half_numel: int = 0                  # ... and their element count
+
+
+@dataclass
+class SiteStep:
+    """One site's hook calls in one step, combined."""
+
+    squared_in: float = 0.0
+    squared_out: float = 0.0
+    squared_param: float = 0.0
+    occurrences: int = 0
+    sends_to_activations: bool = False
+    sends_to_params: bool = False
+    profile: list[tuple[int, float]] = field(default_factory=list)
+    nonzero_in: float = 0.0
+    zeroed: float = 0.0
+    half_zero: float = 0.0
+    half_subnormal: float = 0.0
+    half_numel: int = 0
+
+    def add(self, host: HostStep, rec: NodeRecord) -> None:
+        norm_in = _norm(host.arriving(rec))
+        self.squared_in += norm_in * norm_in
+        self.squared_out += _norm(host.to_activations(rec)) ** 2
+        self.squared_param += _norm(host.to_params(rec)) ** 2
+        self.occurrences += 1
+        self.sends_to_activations |= rec.n_act > 0
+        self.sends_to_params |= rec.n_param > 0
+        self.profile.append((rec.seq, norm_in))
+        counts = host.nonzero_counts(rec)
+        if counts is not None:
+            self.nonzero_in += counts[0]
+            self.zeroed += max(0.0, counts[0] - counts[1])
+        half = host.low_precision_counts(rec)
+        if half is not None:
+            self.half_zero += half[0]
+            self.half_subnormal += half[1]
+            self.half_numel += rec.numel_in
+
+
+def _log(value: float) -> float | None:
+    return math.log10(value) if value > 0 and math.isfinite(value) else None
+
+
+def _norm(values: np.ndarray) -> float:
+    return float(np.sqrt(np.sum(np.square(values)))) if len(values) else 0.0
+
+
+class StepFolder:
+    """Folds each sampled step's HostStep (and the every-step series) into running sums."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.acc: dict[int, SiteSums] = defaultdict(SiteSums)
+        self.series: deque[SeriesRow] = deque(maxlen=SERIES_LIMIT)   # every step, sampled or not
+        self.sample_steps: deque[int] = deque(maxlen=SERIES_LIMIT)   # steps observed in detail
+        # param -> (step, ratio, graded, update norm, gradient norm) on sampled steps
+        self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))
+        self.zero_weight_step: dict[int, int] = {}   # param -> last step it was exactly 0
+        # per optimizer (index): sampled steps checked, and those whose backward calls all
+        # started from the previous step's gradients
+        self.carry_checked: dict[int, int] = defaultdict(int)
+        self.carried_steps: dict[int, int] = defaultdict(int)
+        self.nonfinite: dict[str, tuple[int, int, str]] = {}   # phase -> (step, site, "nan" | "inf" | ...)
+        self.first_bad_step: int | None = None   # first step with a NaN/Inf in the forward or the loss
+        self.first_rms: dict[int, float] = {}    # site -> forward output RMS, first clean step
+        self.param_grad_steps: dict[int, int] = defaultdict(int)
+        self.param_last_norm: dict[int, float] = {}
+
+    @property
+    def clean_steps(self) -> int:
+        """Steps before the first NaN/Inf: the ones that describe the model."""
+        return self.steps if self.first_bad_step is None else self.first_bad_step
+
+    def add_series(self, rows) -> None:
+        self.series.extend(SeriesRow(*row) for row in rows)
+
+    def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int], updates=None) -> None:
+        self.steps += 1
+        self.sample_steps.append(step)
+        self._carried(host)
+        per_site = self._per_site(host)
+        forward_bad = self._forward_nonfinite(step, host)
+        backward_bad = self._backward_nonfinite(step, host)
+        if (forward_bad or host.loss_bad) and self.first_bad_step is None:
+            self.first_bad_step = step
+        # NOTE: a step whose only non-finite values are gradients (a loss scaler's overflow
+        # step, which the scaler skips) is left out of the sums but does not end them. Once a
+        # NaN/Inf appears in the forward pass or the loss, every later statistic describes
+        # the NaN, not the model: the per-site statistics keep only the steps before it.
+        if self.first_bad_step is None and not backward_bad:
+            self._first_rms(host)
+            for site, combined in per_site.items():
+                self._fold(self.acc[site], combined)
+        graded = self._param_grads(grads, host.values)
+        if updates is not None:
+            self._updates(step, updates, host.values, graded)
+
+    def _carried(self, host: HostStep) -> None:
+        for key, value in host.extras.items():
+            if key.startswith("carried:"):
+                index = int(key.split(":")[1])
+                self.carry_checked[index] += 1
+                self.carried_steps[index] += bool(value > 0)
+
+    def _per_site(self, host: HostStep) -> dict[int, SiteStep]:
+        """Combine this step's hook calls per site: squared norms, counts, the profile."""
+        per_site: dict[int, SiteStep] = {}
+        for rec in host.records:
+            per_site.setdefault(rec.site, SiteStep()).add(host, rec)
+        return per_site
+
+    def _fold(self, acc: SiteSums, step: SiteStep) -> None:
+        acc.nonzero_in += step.nonzero_in
+        acc.zeroed += step.zeroed
+        acc.half_zero += step.half_zero
+        acc.half_subnormal += step.half_subnormal
+        acc.half_numel += step.half_numel
+        norm_in = math.sqrt(step.squared_in)
+        norm_out = math.sqrt(step.squared_out) if step.sends_to_activations else None
+        norm_param = math.sqrt(step.squared_param) if step.sends_to_params else None
+        acc.steps += 1
+        acc.occurrences += step.occurrences
+        for attr, count, value in (("log_in", "n_in", norm_in), ("log_out", "n_out", norm_out),
+                                   ("log_param", "n_param", norm_param)):
+            logged = None if value is None else _log(value)
+            if logged is not None:
+                setattr(acc, attr, getattr(acc, attr) + logged)
+                setattr(acc, count, getattr(acc, count) + 1)
+        if norm_out is not None and norm_in > 0:
+            gain = _log(norm_out / norm_in) if norm_out > 0 else -12.0
+            acc.log_gain += gain if gain is not None else 0.0
+            acc.n_gain += 1
+        acc.profile = sorted(step.profile) if step.occurrences > 1 else []
+
+    def _updates(self, step: int, layout, values: np.ndarray, graded: set[int]) -> None:
+        ids, offset = layout
+        n = len(ids)
+        for pid, update, weight in zip(ids, values[offset:offset + n], values[offset + n:offset + 2 * n]):
+            if not (math.isfinite(update) and math.isfinite(weight)):
+                continue   # after an overflow the ratio describes the overflow
+            if weight == 0:
+                self.zero_weight_step[pid] = step
+            # NOTE: a weight that started at exactly 0 gets its scale from the first updates
+            # (with momentum the second update can exceed the first weight): its ratio means
+            # nothing for the few steps after.
+            young = step - self.zero_weight_step.get(pid, -ZERO_WARMUP) < ZERO_WARMUP
+            ratio = float(update / weight) if weight > 0 and not young else None
+            grad = self.param_last_norm.get(pid) if pid in graded else None
+            self.updates[pid].append((step, ratio, pid in graded, float(update), grad))
+
+    def _first_rms(self, host: HostStep) -> None:
+        for site, norm, numel in zip(host.forward_sites, host.forward_finite, host.forward_numel):
+            if site not in self.first_rms and numel:
+                self.first_rms[site] = float(norm) / math.sqrt(numel)
+
+    def _backward_nonfinite(self, step: int, host: HostStep) -> bool:
+        """Note the first node that turned a finite incoming gradient non-finite.
+
+        Backward runs nodes in decreasing creation order, so among this step's candidates
+        the first to emit a non-finite gradient is the one created last.
+        """
+        candidates, any_bad = [], False
+        for rec in host.records:
+            leaving = host.leaving(rec)
+            if np.all(np.isfinite(leaving)):
+                continue
+            any_bad = True
+            if np.all(np.isfinite(host.arriving(rec))):
+                candidates.append((rec.seq, rec.site, "nan" if np.isnan(leaving).any() else "inf"))
+        if candidates and "backward" not in self.nonfinite:
+            seq, site, value = max(candidates)
+            self.nonfinite["backward"] = (step, site, value)
+        return any_bad
+
+    def _forward_nonfinite(self, step: int, host: HostStep) -> bool:
+        bad = np.flatnonzero(~np.isfinite(host.forward_finite))
+        if len(bad) and "forward" not in self.nonfinite:
+            self.nonfinite["forward"] = (step, host.forward_sites[int(bad[0])], "non-finite")
+        return bool(len(bad))
+
+    def _param_grads(self, grads: tuple[list[int], int], values: np.ndarray) -> set[int]:
+        """Fold the step's parameter gradient norms; the ids whose gradient was nonzero."""
+        ids, offset = grads
+        norms = values[offset:offset + len(ids)]
+        graded = set()
+        for pid, norm in zip(ids, norms):
+            self.param_grad_steps[pid] += 1
+            self.param_last_norm[pid] = float(norm)
+            if norm > 0:
+                graded.add(pid)
+        return graded

@@ -1,0 +1,276 @@
+"""End-of-run assembly: the recorder's raw state and the running sums, as frozen AuditStats.
+
+Called once at the end of an audit, and at each check pass of a watch. It reads what
+record/ kept (sites, modules, units, probes, cuts, origins) and what derive/accumulate.py
+summed, and computes each statistic the checks read: per-op means, per-unit dead and flat
+shares, per-parameter update ratios, the spectral radius of each recurrence, the
+per-module table.
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import warnings
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from leaky.derive.accumulate import SiteSums
+from leaky.derive.modules import module_table
+from leaky.derive.origins import cast_stats_of, optimizer_stats_of
+from leaky.derive.recurrence import RadiusCache, find_recurrences
+from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
+from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
+                         OpStats, ParamStats, WeightStats, _source)
+
+
+def build_stats(recorder) -> AuditStats:
+    """Everything the recorder saw, as AuditStats (the recorder keeps observing)."""
+    return Assembly(recorder).stats()
+
+
+class Assembly:
+    def __init__(self, recorder) -> None:
+        self.recorder = recorder
+        self.builder = recorder.builder
+        self.sites, self.modules, self.params = recorder.sites, recorder.modules, recorder.params
+        self.origins = recorder.origins
+        built = [self.origins.optimizer(o) for o in recorder.optimizers]
+        self.first_optimizer_order = min((o.order for o in built if o.where is not None), default=None)
+
+    def stats(self) -> AuditStats:
+        rec, builder = self.recorder, self.builder
+        idle = bool(rec._optimizer_exists) and not rec.saw_optimizer and rec.backward_calls >= 2
+        ops = tuple(self._op_stats(site) for site in self.sites.sites)
+        by_site = {op.site: op for op in ops}
+        activations = tuple(self._activation_stats(site, units, by_site) for site, units in rec.units.items())
+        params = tuple(self._param_stats())
+        if builder.radius_cache is None:
+            builder.radius_cache = RadiusCache()
+        recurrences = tuple(find_recurrences(self.modules, rec.param_uses, by_site, self.params.owners(),
+                                             builder.radius_cache))
+        nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
+                          for phase, (step, site, value) in sorted(builder.nonfinite.items(), reverse=True))
+        name = self.modules.name
+        cuts = tuple(Cut(c.kind, tuple(name(k) for k in c.producer), name(c.module), _source(c.where), c.step)
+                     for c in rec.cuts.values())
+        types = {name(info.key) or "": info.type_name for info in self.modules.infos}
+        losses_seen, inputs, weights = self._probe_stats(rec.probes, rec.init_sites)
+        series = tuple(sorted(builder.series, key=lambda row: row.step))
+        scaler = _loss_scaler() if any(op.underflow_share is not None for op in ops) else None
+        return AuditStats(
+            steps=builder.steps, backward_calls=rec.backward_calls, used_optimizer=bool(rec.optimizers), ops=ops,
+            activations=activations, params=params, recurrences=recurrences,
+            nonfinite=builder.with_rank_events(nonfinite), cuts=cuts,
+            losses=tuple(row.loss for row in series if row.loss is not None),
+            grad_norms=tuple(row.grad_norm for row in series if row.grad_norm is not None),
+            module_types=types, modules_ran=frozenset(op.module for op in ops if op.module is not None),
+            clean_steps=builder.clean_steps, losses_seen=losses_seen, inputs=inputs, weights=weights,
+            functions=tuple(self._function_stats(rec.functions.checks)), loss_scaler=scaler, series=series,
+            sample_steps=tuple(builder.sample_steps), carried_steps=dict(builder.carried_steps),
+            carry_checked=dict(builder.carry_checked), optimizer_modules=self._optimizer_modules(),
+            idle_optimizer=idle, optimizers=optimizer_stats_of(self.origins, rec.optimizers),
+            casts=cast_stats_of(self.origins), idle_source=_source(rec._idle_at() if idle else None),
+            coupled_optimizers=frozenset(rec.coupling.pairs), target_syncs=tuple(rec.moving.syncs),
+            compiled_modules=frozenset(name(key) for key in rec.compiled.module_keys),
+            module_table=module_table(ops, activations, params, recurrences, types))
+
+    # -- where an op ran ---------------------------------------------------------------
+    def _where(self, site: int):
+        record = self.sites.sites[site]
+        return self.modules.name(record.module_key), self._site_source(record)
+
+    def _site_source(self, site):
+        """Where an op ran: the first user frame, or, for a built-in layer that a torch
+        container ran (a layer of an nn.Sequential), the line that constructed the layer.
+
+        NOTE: inside a container the first user frame is the container's call, the same
+        line for every layer in it; the construction line tells the layers apart."""
+        if site.module_key is not None:
+            info = self.modules.infos[site.module_key]
+            if info.called_by_torch and type(info.module).__module__.startswith("torch."):
+                built = self.origins.module_built_at(info.module)
+                if built is not None:
+                    return _source(built)
+        return _source((site.file, site.line) if site.file else None)
+
+    # -- per op, per unit, per parameter -------------------------------------------------
+    def _op_stats(self, site) -> OpStats:
+        builder = self.builder
+        acc = builder.acc.get(site.index) or SiteSums()
+        mean = lambda total, n: 10.0 ** (total / n) if n else None  # noqa: E731
+        return OpStats(
+            site=site.index, op=site.op, node=site.node, module=self.modules.name(site.module_key),
+            module_key=site.module_key, source=self._site_source(site), first_seq=site.first_seq, steps=acc.steps,
+            occurrences=acc.occurrences / acc.steps if acc.steps else 0.0, grad_in=mean(acc.log_in, acc.n_in),
+            grad_out=mean(acc.log_out, acc.n_out), grad_param=mean(acc.log_param, acc.n_param),
+            gain=mean(acc.log_gain, acc.n_gain), zeroed_share=acc.zeroed / acc.nonzero_in if acc.nonzero_in > 0 else None,
+            nonzero_in=acc.nonzero_in, profile=tuple(n for _, n in acc.profile) if acc.profile else None,
+            detail=dict(site.detail), out_rms=builder.first_rms.get(site.index),
+            underflow_share=acc.half_zero / acc.half_numel if acc.half_numel else None,
+            subnormal_share=acc.half_subnormal / acc.half_numel if acc.half_numel else None)
+
+    def _activation_stats(self, site: int, units: UnitStats, by_site) -> ActivationStats:
+        builder, config = self.builder, self.recorder.config
+        op = by_site[site]
+        host = units.host()
+        if builder.global_units is not None and site in builder.global_units:
+            merged = builder.global_units[site]
+            host.update({k: v.detach().cpu().double().numpy() for k, v in merged.items() if k not in ("samples", "counted")})
+            units = _with_samples(units, merged["samples"], merged["counted"])
+        clean = [s for s in builder.sample_steps if builder.first_bad_step is None or s < builder.first_bad_step]
+        window = max(1, min(config.dead_window_steps, math.ceil(len(clean) / 2)))
+        dead, died, seen_dead, span = None, (), (), None
+        if host["last_active"] is not None and clean:
+            last = host["last_active"]
+            cutoff = clean[-window]   # a unit that fired at a step >= cutoff is alive
+            dead_mask = last < cutoff
+            dead = int(dead_mask.sum())
+            died, seen_dead = _death_steps(last[dead_mask], clean)
+            span = (int(cutoff), int(clean[-1]))
+        flat_share = stuck = None
+        if host["flat"] is not None and units.counted:
+            flat_share = float(host["flat"].sum() / (units.counted * units.units))
+            stuck = float(np.mean(host["flat"] >= 0.99 * units.counted))
+        peaked = host["peaked_rows"] / units.rows if units.rows else None
+        return ActivationStats(site, op.op, units.activation.family, op.module, op.source, units.units,
+                               units.samples, dead, died, window, flat_share, stuck,
+                               median_from_hist(host["hist"]), peaked, dict(units.detail),
+                               _histogram(host, units), seen_dead, span)
+
+    def _param_stats(self):
+        owners = self.params.owners()
+        seen = set()
+        for pid, (key, pname, param) in owners.items():
+            seen.add(pid)
+            yield self._one_param(pid, param, key, pname)
+        # NOTE: an optimizer's tensors that no module owns are named by their shape; two of
+        # one shape are told apart in the order the optimizers hold them.
+        shapes: dict[str, int] = defaultdict(int)
+        for pid, param in self.params.opt_params.items():
+            if pid not in seen:
+                label = f"<param {tuple(param.shape)}>"
+                shapes[label] += 1
+                yield self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
+
+    def _one_param(self, pid, param, key, pname) -> ParamStats:
+        builder, table = self.builder, self.params
+        module = self.modules.name(key) if key is not None else None
+        updates = list(builder.updates.get(pid, ()))
+        ratios = [r for _, r, graded, _, _ in updates if r is not None and graded]
+        graded_steps = [u for _, _, graded, u, _ in updates if graded]
+        # NOTE: |ΔL| <= ||g|| * ||Δw|| at first order (Cauchy-Schwarz): the most one step of
+        # this parameter can change the loss.
+        bounds = [u * g for _, _, graded, u, g in updates if graded and g is not None and math.isfinite(u * g)]
+        optimizer, group = table.param_group.get(pid, (None, None))
+        where, order = self.origins.params.get(pid, (None, None))
+        first = self.first_optimizer_order
+        return ParamStats(
+            name=f"{module}.{pname}" if module else pname, module=module, module_key=key, shape=tuple(param.shape),
+            requires_grad=param.requires_grad, in_optimizer=pid in table.opt_params,
+            grad_steps=builder.param_grad_steps.get(pid, 0), grad_norm=builder.param_last_norm.get(pid),
+            update_ratio=float(np.median(ratios)) if ratios else None, update_ratio_max=max(ratios) if ratios else None,
+            update_ratios=tuple((step, r) for step, r, graded, _, _ in updates if r is not None and graded),
+            zero_update_steps=sum(1 for u in graded_steps if u == 0), graded_update_steps=len(graded_steps),
+            optimizer=optimizer, group=group, source=_source(where),
+            created_after_optimizer=order is not None and first is not None and order > first,
+            loss_change_bound=float(np.median(bounds)) if bounds else None,
+            root=None if key is None else (self.modules.name(self.modules.infos[key].root) or ""))
+
+    def _optimizer_modules(self) -> dict[int, list[str]]:
+        """For each optimizer (index), the modules whose parameters it holds."""
+        owners = self.params.owners()
+        result = {}
+        for index, optimizer in enumerate(self.recorder.optimizers):
+            names = {self.modules.name(owners[id(p)][0]) for g in optimizer.param_groups for p in g["params"]
+                     if id(p) in owners}
+            result[index] = sorted(n for n in names if n)
+        return result
+
+    # -- probes and custom Functions -------------------------------------------------------
+    def _function_stats(self, checks: dict):
+        for check in checks.values():
+            wrong = tuple({"input": v.index, "relative_error": v.relative_error, "analytic": v.analytic,
+                           "numeric": v.numeric} for v in check.result.wrong)
+            yield FunctionStats(check.name, self.modules.name(check.module), _source(check.where),
+                                check.result.checked, check.result.note, wrong, _source(check.backward_at),
+                                tuple(_source(w) for w in check.gradient_at))
+
+    def _probe_stats(self, probes, init_sites: dict):
+        losses = []
+        for site, probe in probes.losses.items():
+            values = probe.host()
+            module, source = self._where(site)
+            losses.append(LossStats(
+                site=site, op=probe.op, expects=probe.expects, module=module, source=source,
+                input_node=probe.input_node, input_site=probe.input_site, input_shape=probe.input_shape,
+                target_shape=probe.target_shape, target_dtype=probe.target_dtype, low=values["low"],
+                high=values["high"], target_integral=values["target_integral"], failed=probe.failed,
+                detail=probe.detail, target_low=values["target_low"], target_high=values["target_high"]))
+        inputs = []
+        for site, probe in probes.inputs.items():
+            mean, std = probe.host()
+            module, source = self._where(site)
+            inputs.append(InputStats(site, self.sites.sites[site].op, module, source, probe.count,
+                                     tuple(mean), tuple(std)))
+        weights = []
+        owners = self.params.owners()
+        for pid, (site, probe) in probes.weights.items():
+            owner = owners.get(pid)
+            module, _ = self._where(site)
+            name = owner[1] if owner else "weight"
+            module = self.modules.name(owner[0]) if owner else module
+            weights.append(WeightStats(site, module, name, probe.kind, probe.shape, probe.fan_in, probe.fan_out,
+                                       float(probe.std), bool(probe.rows_identical), _source(init_sites.get(pid))))
+        return tuple(losses), tuple(inputs), tuple(weights)
+
+
+def _with_samples(stats: UnitStats, samples: int, counted: int) -> UnitStats:
+    merged = copy.copy(stats)
+    merged.samples, merged.counted = samples, counted
+    return merged
+
+
+def _histogram(host: dict, stats: UnitStats) -> dict | None:
+    """The picture of an activation layer, from what was already accumulated."""
+    if host["hist"] is not None:
+        edges = np.linspace(HIST_LOW, 0.0, len(host["hist"]) + 1)
+        return {"kind": "log10_derivative_share", "edges": edges.tolist(), "counts": host["hist"].tolist(),
+                "flat_below": math.log10(stats.detail["flat_share"])}
+    if host["active"] is not None and stats.counted:
+        rates = host["active"] / stats.counted
+        counts, edges = np.histogram(rates, bins=20, range=(0.0, 1.0))
+        return {"kind": "fire_rate", "edges": edges.tolist(), "counts": counts.tolist(),
+                "never": int((host["active"] == 0).sum())}
+    return None
+
+
+def _death_steps(last_fired: np.ndarray, observed: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """For dead units that fired earlier: the step after each one's last firing, and the
+    first observed step that saw it silent (the next observed step after that firing).
+
+    NOTE: both are optimizer steps. A watch observes every N-th step, so a unit died
+    somewhere between the two; `last + 1` alone would claim it died right after the last
+    step that happened to be observed."""
+    fired = last_fired[last_fired >= 0].astype(np.int64)
+    after = np.searchsorted(np.asarray(observed, dtype=np.int64), fired, side="right")
+    seen = [observed[min(int(i), len(observed) - 1)] for i in after]
+    return tuple(int(s) + 1 for s in fired), tuple(int(s) for s in seen)
+
+
+def _loss_scaler() -> dict | None:
+    """A live, enabled torch.amp.GradScaler and its current scale (one gc scan, at the end)."""
+    scaler_types = tuple(t for t in (getattr(torch.amp, "GradScaler", None),
+                                     getattr(getattr(torch, "cuda", None) and torch.cuda.amp, "GradScaler", None))
+                         if isinstance(t, type))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, scaler_types) and obj.is_enabled():
+                    return {"scale": float(obj.get_scale())}
+            except Exception:
+                continue
+    return None

@@ -1,0 +1,138 @@
+"""The raw record of one sampled step: device values during the step, host values after.
+
+`StepBuffer` collects a step's 0-d device values (hook norms and counts, forward checks,
+named scalars) and their layout; `flush` stacks them and copies them to the host in one
+transfer and returns a `HostStep`, the typed record `derive/` folds. HostStep is the one
+place that knows where each value sits.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from leaky.record import distributed
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """Host-side description of one hook call; its numbers sit in the value list."""
+
+    site: int
+    seq: int            # creation order of the node: forward order, recurrence time order
+    offset: int         # where its values start in the step's value list
+    n_in: int           # gradients arriving
+    n_act: int          # gradients sent to other nodes (activations)
+    n_param: int        # gradients sent to parameters (AccumulateGrad)
+    counted: bool       # whether nonzero counts were taken (elementwise node)
+    numel_in: int
+    half: bool = False  # low-precision counts follow: zeros and subnormals arriving
+
+
+class StepBuffer:
+    """Device values of the current step plus their host-side layout."""
+
+    def __init__(self) -> None:
+        self.values: list[Tensor] = []
+        self.records: list[NodeRecord] = []
+        self.forward_flags: list[tuple[int, Tensor, int]] = []   # (site, output norm, numel)
+        self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
+
+    def __len__(self) -> int:
+        return len(self.records) + len(self.forward_flags) + len(self.extras)
+
+    def flush(self) -> "HostStep":
+        """The single device-to-host copy of the step."""
+        names = list(self.extras)
+        pieces = self.values + [flag for _, flag, _ in self.forward_flags] + [self.extras[n] for n in names]
+        host = _to_host(pieces)
+        start = len(self.values)
+        flags = host[start:start + len(self.forward_flags)]
+        extras = dict(zip(names, host[start + len(self.forward_flags):]))
+        step = HostStep(host[:start], list(self.records), [s for s, _, _ in self.forward_flags], flags, extras,
+                        [n for _, _, n in self.forward_flags])
+        self.values, self.records, self.forward_flags, self.extras = [], [], [], {}
+        return step
+
+
+def _to_host(pieces: list[Tensor]) -> np.ndarray:
+    """Stack 0-d values and copy them to the host: one transfer per device."""
+    if not pieces:
+        return np.zeros(0)
+    with torch._C.DisableTorchFunction():
+        pieces = distributed.materialise(pieces)   # FSDP2 norms: combined across ranks
+        first = pieces[0].device
+        if all(p.device == first for p in pieces):
+            return torch.stack(pieces).detach().cpu().double().numpy()
+        host = np.zeros(len(pieces))
+        by_device: dict = {}
+        for index, piece in enumerate(pieces):
+            by_device.setdefault(piece.device, []).append(index)
+        for indices in by_device.values():
+            host[indices] = torch.stack([pieces[i] for i in indices]).detach().cpu().double().numpy()
+        return host
+
+
+@dataclass
+class HostStep:
+    """One sampled step's values on the host, and the one place that knows their layout.
+
+    For each hook call (a NodeRecord) its values sit at `offset`: the norms of the gradients
+    arriving, then of those sent to activations, then of those sent to parameters; then,
+    when counted, the nonzero elements arriving and leaving; then, for a low-precision
+    gradient, its exact zeros and its subnormals."""
+
+    values: np.ndarray
+    records: list[NodeRecord]
+    forward_sites: list[int]
+    forward_finite: np.ndarray     # forward output norms (sums once a site's RMS is known): non-finite where an output was
+    extras: dict[str, float]
+    forward_numel: list[int]
+
+    def arriving(self, rec: NodeRecord) -> np.ndarray:
+        return self.values[rec.offset:rec.offset + rec.n_in]
+
+    def to_activations(self, rec: NodeRecord) -> np.ndarray:
+        start = rec.offset + rec.n_in
+        return self.values[start:start + rec.n_act]
+
+    def to_params(self, rec: NodeRecord) -> np.ndarray:
+        start = rec.offset + rec.n_in + rec.n_act
+        return self.values[start:start + rec.n_param]
+
+    def leaving(self, rec: NodeRecord) -> np.ndarray:
+        return self.values[rec.offset + rec.n_in:self._end(rec)]
+
+    def nonzero_counts(self, rec: NodeRecord) -> tuple[float, float] | None:
+        """(nonzero elements arriving, nonzero elements leaving), when counted."""
+        if not rec.counted:
+            return None
+        at = self._end(rec)
+        return float(self.values[at]), float(self.values[at + 1])
+
+    def low_precision_counts(self, rec: NodeRecord) -> tuple[float, float] | None:
+        """(exact zeros, subnormals) of a float16/bfloat16 gradient arriving."""
+        if not rec.half:
+            return None
+        at = self._end(rec) + (2 if rec.counted else 0)
+        return float(self.values[at]), float(self.values[at + 1])
+
+    def _end(self, rec: NodeRecord) -> int:
+        return rec.offset + rec.n_in + rec.n_act + rec.n_param
+
+    @property
+    def forward_bad(self) -> bool:
+        """A forward output was NaN/Inf."""
+        return bool(len(self.forward_finite)) and not bool(np.all(np.isfinite(self.forward_finite)))
+
+    @property
+    def loss_bad(self) -> bool:
+        return "loss" in self.extras and not math.isfinite(self.extras["loss"])
+
+    @property
+    def backward_bad(self) -> bool:
+        """A node sent a NaN/Inf gradient."""
+        return any(not np.all(np.isfinite(self.leaving(rec))) for rec in self.records)
