@@ -28,7 +28,7 @@ import os
 from collections import OrderedDict, defaultdict
 from typing import Any
 
-from leaky.checks._util import num
+from leaky.report.format import num
 
 __all__ = ["render_html", "run_payload", "write_html"]
 
