@@ -7,7 +7,7 @@ person can tell "leaky looked and found nothing" from "leaky did not judge this"
 from __future__ import annotations
 
 from leaky.checks._loss import MIN_PERIOD, objectives
-from leaky.checks._util import line_of
+from leaky.numbers import line_of
 from leaky.optimizers import rule_of
 from leaky.stats import AuditStats
 

@@ -16,8 +16,8 @@ from torch import nn
 
 import leaky
 from leaky.derive import accumulate as fold
+from leaky.report.format import distinct_width, shorten_middle
 from leaky.report.runs import runs_table
-from leaky.report.shorten import distinct_width, shorten_middle
 from leaky.report.terminal import flow_table, render_text
 from leaky.store import Store
 

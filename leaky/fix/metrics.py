@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from leaky.checks._util import num, pct
 from leaky.finding import Finding
+from leaky.numbers import num, pct
 from leaky.stats import AuditStats
 
 Metric = Callable[[Finding, AuditStats], "str | None"]

@@ -9,13 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from leaky.checks._util import num
+from leaky.report.format import num
 
 _VERDICT_STYLE = {"helps": "bold green", "no effect": "yellow", "hurts": "bold red", "not judged": "dim"}
-
-
-def _loss(value) -> str:
-    return "n/a" if value is None else num(value)
 
 
 def fix_table(data: dict) -> Table:
@@ -30,9 +26,9 @@ def fix_table(data: dict) -> Table:
     for fix in data["fixes"]:
         finding = "\n".join(f"{f['code']} {f['name']}" for f in _unique(fix["findings"]))
         leak = "\n".join(f"{m['finding']} {m['measure']}: {m['before']} → {m['after']}" for m in fix["metrics"])
-        loss = f"{_loss(fix['loss_unfixed'])} → {_loss(fix['loss_fixed'])}"
+        loss = f"{num(fix['loss_unfixed'])} → {num(fix['loss_fixed'])}"
         if fix["changes_loss"]:
-            loss += f"\n(both scored the fixed way; margin {_loss(fix['margin'])})"
+            loss += f"\n(both scored the fixed way; margin {num(fix['margin'])})"
         if fix["run"]["error"]:
             loss += f"\n(the fixed run failed: {fix['run']['error']})"
         table.add_row(finding, fix["fix"], leak, loss,
@@ -62,7 +58,7 @@ def notes(data: dict) -> list[Text]:
                           "source. No fix is judged; the rows show what each run measured.", style="bold yellow"))
     noise = data["noise"]
     if noise is not None:
-        scores = ", ".join(_loss(s) for s in noise["scores"])
+        scores = ", ".join(num(s) for s in noise["scores"])
         lines.append(Text(f"Noise: unfixed scores {scores} (the user's seeds, then shifted by +1, +2, ...); a fix "
                           f"must beat the unfixed score by {num(noise['margin'])} to count.", style="dim"))
     for fix in data["fixes"]:

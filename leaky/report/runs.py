@@ -1,7 +1,6 @@
 """Terminal views of stored runs: `leaky runs` and `leaky show RUN`."""
 from __future__ import annotations
 
-import datetime
 import math
 import os
 
@@ -10,22 +9,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from leaky.checks._util import num
+from leaky.report.format import SEVERITY_STYLE, num, run_status, when
 
-_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _BARS = " ▁▂▃▄▅▆▇█"
-
-
-def _when(stamp: float | None, form: str = "%Y-%m-%d %H:%M:%S") -> str:
-    if stamp is None:
-        return ""
-    return datetime.datetime.fromtimestamp(stamp).strftime(form)
-
-
-def _status(run: dict) -> str:
-    if run["status"] == "running" and not run.get("alive", True):
-        return "died"
-    return run["status"]
 
 
 def runs_table(runs: list[dict], path: str) -> "RunsTable":
@@ -62,7 +48,7 @@ class RunsTable:
             table.add_column(column, justify="right" if column in ("id", "steps", "findings", "errors") else "left",
                              no_wrap=column != "script")
         for run, command in zip(self.runs, commands):
-            table.add_row(str(run["id"]), _when(run["started"], form), _status(run), str(run["steps"]),
+            table.add_row(str(run["id"]), when(run["started"], form), run_status(run), str(run["steps"]),
                           str(run["findings"]), str(run["errors"]), num(run.get("last_loss")),
                           Text(command, no_wrap=True, overflow="ellipsis"))
         if not self.runs:
@@ -90,7 +76,7 @@ def show_run(store, run_id: int) -> Group:
     steps = store.steps(run_id)
     findings = store.findings(run_id)
     head = Text(f"run {run_id}: {run['script']} {' '.join(run['argv'] or [])}\n", style="bold")
-    head.append(f"{_status(run)} · started {_when(run['started'])} · {run['steps']} steps · torch "
+    head.append(f"{run_status(run)} · started {when(run['started'])} · {run['steps']} steps · torch "
                 f"{run['torch_version']} · leaky {run['leaky_version']} · {run['device']}"
                 + (f" · commit {run['git_commit'][:10]}" if run.get("git_commit") else ""), style="dim")
     if run.get("error"):
@@ -109,7 +95,7 @@ def show_run(store, run_id: int) -> Group:
             where += f" ({os.path.basename(f['source']['file'])}:{f['source']['line']})"
         listing.append(f"step {f['first_step']}", style="bold")
         listing.append(f" (last seen {f['last_step']}) ", style="dim")
-        listing.append(f"{f['severity'].upper()} ", style=_SEVERITY_STYLE.get(f["severity"], ""))
+        listing.append(f"{f['severity'].upper()} ", style=SEVERITY_STYLE.get(f["severity"], ""))
         listing.append(f"{f['code']} {f['name']}  ", style="bold")
         listing.append(where + "\n", style="dim")
         listing.append(f"    {f['message']}\n    fix: {f['fix']}\n")

@@ -6,39 +6,28 @@ Built from rich renderables so tests can render at a fixed width. User-provided 
 from __future__ import annotations
 
 import io
-import os
 
 from rich.console import Console, ConsoleOptions, Group
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from leaky.checks._util import num, pct
 from leaky.finding import Finding, Severity
-from leaky.report.shorten import distinct_width, shorten_middle
-
-_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
+from leaky.report.format import (SEVERITY_STYLE, distinct_width, module_label, num, pct, short_path,
+                                 shorten_middle)
 
 
 def finding_renderable(finding: Finding) -> Text:
     text = Text()
-    text.append(f"{finding.severity.value.upper():7} ", style=_STYLE[finding.severity])
+    text.append(f"{finding.severity.value.upper():7} ", style=SEVERITY_STYLE[finding.severity.value])
     text.append(f"{finding.code} {finding.name}", style="bold")
     where = []
     if finding.module is not None:
-        where.append(finding.module or "<root>")
+        where.append(module_label(finding.module))
     if finding.op:
         where.append(finding.op)
     if finding.source is not None:
-        where.append(f"{_short(finding.source.file)}:{finding.source.line}")
+        where.append(f"{short_path(finding.source.file)}:{finding.source.line}")
     if finding.step is not None:
         where.append(f"step {finding.step}")
     if where:
@@ -97,7 +86,7 @@ def summary_line(report) -> Text:
     for severity in Severity:
         if counts[severity]:
             text.append(f"{counts[severity]} {severity.value}{'s' if counts[severity] != 1 else ''}  ",
-                        style=_STYLE[severity])
+                        style=SEVERITY_STYLE[severity.value])
     return text
 
 
