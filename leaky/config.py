@@ -19,6 +19,12 @@ class AuditConfig:
     # LK101: share of a layer's unit-samples in the flat region.
     saturated_warning: float = 0.5
     saturated_error: float = 0.9
+    # LK101: a softmax is reported, as info only, when at least this share of its rows put
+    # > 0.99 on one entry and its own backward gain (||grad out|| / ||grad in||) is below
+    # softmax_blocked_gain, which shows the gradient is actually blocked: peaked attention is
+    # normal.
+    softmax_peaked_share: float = 0.99
+    softmax_blocked_gain: float = 1e-3
     # LK102: a unit is dead when it never fired in the trailing window of steps
     # (min(dead_window_steps, ceil(steps / 2))), judged on at least dead_min_samples samples.
     dead_window_steps: int = 5
@@ -29,12 +35,23 @@ class AuditConfig:
     dead_info: float = 0.25
     dead_warning: float = 0.4
     dead_error: float = 0.6
+    # LK102: what happened just before the units died (Karpathy's "knocked off by a large
+    # update"): a gradient norm this many times its median over the earlier steps is "a
+    # spike"; an update this large a share of a weight's norm (||dw||/||w||) is a large
+    # update. A learning-rate jump is `lr_jump`.
+    dead_spike_factor: float = 10.0
+    dead_large_update: float = 0.1
     # LK103 / LK104: gradient norm entering the earliest parameterised module over the one
     # entering the latest. 1e-3 is three orders of magnitude.
     vanishing_warning: float = 1e-3
     vanishing_error: float = 1e-5
     exploding_warning: float = 1e3
     exploding_error: float = 1e5
+    # LK103 / LK104: the ops named as where the gradient is lost are those between the two
+    # modules whose local gain (||grad out|| / ||grad in||) is below culprit_shrink_gain; where
+    # it grows, above culprit_grow_gain.
+    culprit_shrink_gain: float = 0.5
+    culprit_grow_gain: float = 2.0
     # LK104: a step whose total gradient norm exceeds this many times the median of the
     # earlier steps (at least spike_min_history of them) is a spike.
     spike_factor: float = 100.0
@@ -48,6 +65,9 @@ class AuditConfig:
     # LK106: share of the elements that lead to the loss whose gradient the op zeroes.
     dead_zone_warning: float = 0.25
     dead_zone_error: float = 0.5
+    # LK201: a parameter in the optimizer is "left unchanged" when it had a nonzero gradient
+    # and no change at all on every one of at least this many sampled steps.
+    stale_min_steps: int = 2
     # LK202: median ||dw||/||w|| per step of a layer's weight. Karpathy's rule of thumb is
     # ~1e-3; Adam at lr 1e-3 on wide layers reaches ~1e-1, which trains fine. Above 1 the
     # update is larger than the weight itself. Below `update_low` on every sampled step the
@@ -55,15 +75,65 @@ class AuditConfig:
     update_high_warning: float = 0.2
     update_high_error: float = 1.0
     update_low: float = 1e-7
+    # LK202: a weight is judged on at least this many sampled update ratios. The update
+    # outgrowing the weight (> update_high_error) on this many steps is an error, even when
+    # the median is in the band: a blow-up is often over in a few steps, which a median hides.
+    update_min_steps: int = 2
+    update_error_overshoots: int = 2
+    # LK202 / LK201 / LK204: the line to change for the learning rate is the scheduler's when
+    # it moved the rate more than this many times up (or down) from the constructed rate
+    # during the observed steps; else the optimizer's construction.
+    scheduler_moved: float = 2.0
+    # LK203: gradients are "never zeroed" when every one of at least this many checked steps
+    # started backward() with the previous step's gradient still in .grad.
+    accumulation_min_steps: int = 3
     # LK204/LK205: losses over the observed steps; the first and last tenth (>= 3 steps) are
     # compared, so minibatch noise averages out.
     loss_min_steps: int = 20
     loss_flat_share: float = 0.01     # less than 1% lower at the end: flat
     loss_rise_factor: float = 1.5     # 50% higher at the end: diverging
+    loss_rising_share: float = 0.1    # LK204: 10% higher at the end is rising, not flat (LK205's)
+    # LK204/LK205: a learning rate that rises more than this many times from one step to the
+    # next is a restart (the loss is judged within the periods between restarts); one that
+    # rose this many times over the observed steps is a warmup (LK204: small steps by design).
+    # LK102 names such a jump as what happened just before units died.
+    lr_jump: float = 2.0
+    # LK204/LK205, a moving target (a synced target network) or restarts: the resets must be
+    # at least this many steps apart (median) for a period between them to be judged on its
+    # own, and a trend within the periods needs this many periods to be called typical.
+    loss_min_period: int = 8
+    loss_min_periods: int = 3
+    # LK205: an oscillation grows when the relative step-to-step swings of the last quarter are
+    # this many times those of the first, and are at least loss_min_swing of the loss: growth
+    # of swings that stay within 1% of the loss is noise around a plateau.
+    loss_swing_growth: float = 4.0
+    loss_min_swing: float = 0.01
     # LK204: a flat loss is "stuck" (a warning without another leak to explain it) when, at
     # first order, the observed steps could not lower it by this share of the drop that counts
     # as learning: |ΔL| per step <= Σ ||g||·||Δw|| (Cauchy-Schwarz), whatever the weights' scale.
     loss_stuck_share: float = 0.1
+    # LK302: a weight's std over the fan-based std for the nonlinearity after it (Kaiming for
+    # ReLU, Xavier for tanh/sigmoid): each layer multiplies the signal's scale by sqrt(n)·s.
+    init_scale_warning: float = 10.0
+    init_scale_error: float = 30.0
+    # LK302: the forward signal (the RMS of each layer's output on the first step) changing by
+    # this many orders of magnitude across at least init_depth_min_layers layers, with at least
+    # init_depth_consistent of the layer-to-layer steps in the same direction: geometric growth
+    # or decay with depth.
+    init_depth_warning: float = 2.0
+    init_depth_error: float = 4.0
+    init_depth_min_layers: int = 4
+    init_depth_consistent: float = 0.75
+    # LK303: a standardised feature has |mean| ~ 0 and std ~ 1; raw data whose worst feature
+    # has |mean| or std above this is off scale (reported only when the layer it enters is
+    # measurably saturated or dead).
+    input_off_scale: float = 3.0
+    # LK304: share of float16/bfloat16 gradient elements at a dense op that are exactly 0. Only
+    # zeros make an error (subnormals keep a few bits, and a weight gradient summing many of
+    # them can stay close to its float32 value); zeros and subnormals together above
+    # underflow_error are a warning.
+    underflow_warning: float = 0.10
+    underflow_error: float = 0.50
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
     # Raise leaky's own internal errors instead of warning and observing no further.

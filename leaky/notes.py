@@ -6,7 +6,8 @@ person can tell "leaky looked and found nothing" from "leaky did not judge this"
 """
 from __future__ import annotations
 
-from leaky.checks._loss import MIN_PERIOD, objectives
+from leaky.checks._loss import objectives
+from leaky.config import AuditConfig
 from leaky.numbers import line_of
 from leaky.optimizers import rule_of
 from leaky.stats import AuditStats
@@ -18,7 +19,7 @@ def _optimizer_name(stats: AuditStats, index: int) -> str:
     return f"{optimizer.kind}{where}"
 
 
-def unbanded_optimizers(stats: AuditStats) -> list[str]:
+def unbanded_optimizers(stats: AuditStats, config: AuditConfig) -> list[str]:
     notes = []
     for optimizer in stats.optimizers:
         rule = rule_of(optimizer)
@@ -29,8 +30,8 @@ def unbanded_optimizers(stats: AuditStats) -> list[str]:
     return notes
 
 
-def competing_objectives(stats: AuditStats) -> list[str]:
-    players = sorted({o.optimizer for o in objectives(stats) if o.competing and o.optimizer is not None
+def competing_objectives(stats: AuditStats, config: AuditConfig) -> list[str]:
+    players = sorted({o.optimizer for o in objectives(stats, config) if o.competing and o.optimizer is not None
                       and o.optimizer < len(stats.optimizers)})
     if len(players) < 2:
         return []
@@ -40,14 +41,14 @@ def competing_objectives(stats: AuditStats) -> list[str]:
             "may rise while the other falls (LK204, LK205)."]
 
 
-def moving_target(stats: AuditStats) -> list[str]:
+def moving_target(stats: AuditStats, config: AuditConfig) -> list[str]:
     if not stats.target_syncs:
         return []
     syncs = sorted(set(stats.target_syncs))
     gaps = [b - a for a, b in zip(syncs, syncs[1:])]
     every = f"every ~{sorted(gaps)[len(gaps) // 2]} steps" if gaps else f"at step {syncs[0]}"
     judged = ("it is judged within the periods between changes" if gaps and sorted(gaps)[len(gaps) // 2]
-              >= MIN_PERIOD else "no period between changes is long enough to judge the loss's trend")
+              >= config.loss_min_period else "no period between changes is long enough to judge the loss's trend")
     return [f"weights that no optimizer trains changed {every} (a target network synced from the trained one, or "
             f"an EMA copy): the loss is measured against a moving target, so {judged} (LK204, LK205)."]
 
@@ -55,5 +56,7 @@ def moving_target(stats: AuditStats) -> list[str]:
 NOTES = (unbanded_optimizers, competing_objectives, moving_target)
 
 
-def run_notes(stats: AuditStats) -> list[str]:
-    return [note for make in NOTES for note in make(stats)]
+def run_notes(stats: AuditStats, config: AuditConfig | None = None) -> list[str]:
+    """The notes for these stats, judged with `config` (the defaults when None)."""
+    config = config or AuditConfig()
+    return [note for make in NOTES for note in make(stats, config)]

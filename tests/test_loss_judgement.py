@@ -13,23 +13,24 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.notes import run_notes
 from leaky.stats import OptimizerStats, ParamStats, SeriesRow
-from leaky.testing import stats
+from leaky.testing import optimizer as optimizer_stats
+from leaky.testing import param, series, stats
 
 CONFIG = AuditConfig()
 
 
 def _optimizer(index: int, kind: str = "Adam", closure_calls: int = 0, lr: float = 1e-3) -> OptimizerStats:
-    return OptimizerStats(index, kind, None, None, (), 0, None, (lr,), ((lr, lr),), None, closure_calls)
+    return optimizer_stats(index=index, kind=kind, closure_calls=closure_calls, lr=lr)
 
 
 def _param(name: str = "fc.weight", optimizer: int = 0, ratio: float = 1e-3, bound: float | None = 1.0,
            steps: int = 20) -> ParamStats:
-    return ParamStats(name, name.rsplit(".", 1)[0], 0, (8, 8), True, True, steps, 1.0, ratio, ratio,
-                      tuple((s, ratio) for s in range(steps)), 0, steps, optimizer, 0, None, False, bound)
+    return param(name=name, module_key=0, grad_steps=steps, update_ratios=tuple((s, ratio) for s in range(steps)),
+                 optimizer=optimizer, loss_change_bound=bound)
 
 
 def _rows(losses, optimizer: int | None = 0, start: int = 0, every: int = 1, lr: float = 1e-3):
-    return tuple(SeriesRow(start + every * i, loss, 1.0, lr, optimizer) for i, loss in enumerate(losses))
+    return series(losses=losses, optimizer=optimizer, start=start, every=every, lr=lr)
 
 
 def _interleave(*series):

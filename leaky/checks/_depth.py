@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from leaky.config import AuditConfig
 from leaky.stats import AuditStats, OpStats
 
 
@@ -38,12 +39,13 @@ def depth_profile(stats: AuditStats) -> DepthProfile | None:
     return DepthProfile(earliest, latest, earliest.grad_in / latest.grad_in, path, len(rows))
 
 
-def worst_ops(path: tuple[OpStats, ...], shrinking: bool, limit: int = 3) -> list[OpStats]:
-    """The ops whose gain moved the signal most in the given direction."""
+def worst_ops(path: tuple[OpStats, ...], shrinking: bool, config: AuditConfig, limit: int = 3) -> list[OpStats]:
+    """The ops whose gain moved the signal most in the given direction (at most `limit`, for
+    the message: the first is where the finding points)."""
     if shrinking:
-        chosen = sorted((op for op in path if op.gain < 0.5), key=lambda op: op.gain)
+        chosen = sorted((op for op in path if op.gain < config.culprit_shrink_gain), key=lambda op: op.gain)
     else:
-        chosen = sorted((op for op in path if op.gain > 2.0), key=lambda op: -op.gain)
+        chosen = sorted((op for op in path if op.gain > config.culprit_grow_gain), key=lambda op: -op.gain)
     return chosen[:limit]
 
 

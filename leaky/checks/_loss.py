@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from leaky.checks._util import line_of
+from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
-
-MIN_PERIOD = 8        # steps between resets for a period to be judged on its own
-_LR_RESTART = 2.0     # the learning rate rising this many times from one step to the next: a restart
 
 
 @dataclass(frozen=True)
@@ -43,10 +41,10 @@ class Objective:
     moving_target: bool = False             # weights outside every optimizer changed in training
     lrs: tuple[float | None, ...] = ()      # the learning rate at each row (first param group)
 
-    def warming_up(self) -> tuple[float, float] | None:
-        """(first, last) learning rate when it rose 2× or more over the rows: a warmup."""
+    def warming_up(self, config: AuditConfig) -> tuple[float, float] | None:
+        """(first, last) learning rate when it rose `lr_jump` (2×) or more over the rows: a warmup."""
         known = [lr for lr in self.lrs if lr]
-        if len(known) >= 2 and known[-1] >= _LR_RESTART * known[0]:
+        if len(known) >= 2 and known[-1] >= config.lr_jump * known[0]:
             return known[0], known[-1]
         return None
 
@@ -64,9 +62,9 @@ class Objective:
             periods.append(current)
         return periods
 
-    def period_drop(self) -> float | None:
+    def period_drop(self, config: AuditConfig) -> float | None:
         """The median relative drop of the loss within the periods between resets, from the
-        first third of a period to its last (None: fewer than three periods to judge)."""
+        first third of a period to its last (None: fewer than `loss_min_periods` to judge)."""
         drops = []
         for period in self.periods():
             losses = [loss for _, loss in period if math.isfinite(loss)]
@@ -76,13 +74,13 @@ class Objective:
             start, end = statistics.mean(losses[:third]), statistics.mean(losses[-third:])
             if start != 0:
                 drops.append((start - end) / abs(start))
-        return statistics.median(drops) if len(drops) >= 3 else None
+        return statistics.median(drops) if len(drops) >= config.loss_min_periods else None
 
-    def resets_too_frequent(self) -> bool:
+    def resets_too_frequent(self, config: AuditConfig) -> bool:
         """Resets every few steps (a soft target update each step): no period to judge."""
         cuts = sorted(set(self.resets))
         gaps = [b - a for a, b in zip(cuts, cuts[1:])]
-        return not gaps or statistics.median(gaps) < MIN_PERIOD
+        return not gaps or statistics.median(gaps) < config.loss_min_period
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ class LossCurve:
     nonfinite_step: int | None
 
 
-def objectives(stats: AuditStats) -> list[Objective]:
+def objectives(stats: AuditStats, config: AuditConfig) -> list[Objective]:
     """One objective per optimizer that stepped on losses of its own, in optimizer order."""
     by_optimizer: dict[int | None, list[tuple[int, float]]] = {}
     lrs: dict[int | None, list[float | None]] = {}
@@ -108,20 +106,21 @@ def objectives(stats: AuditStats) -> list[Objective]:
     for index, rows in by_optimizer.items():
         rivals = tuple(sorted(j for i, j in stats.coupled_optimizers if i == index and j in own and j != index)
                        + sorted(i for i, j in stats.coupled_optimizers if j == index and i in own and i != index))
-        resets = tuple(sorted(set(stats.target_syncs) | set(_lr_restarts(stats, index))))
+        resets = tuple(sorted(set(stats.target_syncs) | set(_lr_restarts(stats, index, config))))
         result.append(Objective(index, tuple(rows), tuple(dict.fromkeys(rivals)), resets, bool(stats.target_syncs),
                                 tuple(lrs[index])))
     return sorted(result, key=lambda o: -1 if o.optimizer is None else o.optimizer)
 
 
-def each_objective(stats: AuditStats, judge: Callable[[Objective], Finding | None]) -> list[Finding]:
+def each_objective(stats: AuditStats, config: AuditConfig,
+                   judge: Callable[[Objective], Finding | None]) -> list[Finding]:
     """The findings of `judge` over every objective of the run."""
-    return [finding for objective in objectives(stats) if (finding := judge(objective)) is not None]
+    return [finding for objective in objectives(stats, config) if (finding := judge(objective)) is not None]
 
 
-def _lr_restarts(stats: AuditStats, index: int | None) -> list[int]:
+def _lr_restarts(stats: AuditStats, index: int | None, config: AuditConfig) -> list[int]:
     rows = [row for row in stats.series if row.optimizer == index and row.lr]
-    return [b.step for a, b in zip(rows, rows[1:]) if b.lr > _LR_RESTART * a.lr]
+    return [b.step for a, b in zip(rows, rows[1:]) if b.lr > config.lr_jump * a.lr]
 
 
 def curve_of(rows, min_steps: int) -> LossCurve | None:

@@ -9,10 +9,9 @@ construction otherwise.
 from __future__ import annotations
 
 from leaky.checks._util import line_of, num
+from leaky.config import AuditConfig
 from leaky.finding import Source
 from leaky.stats import AuditStats, OptimizerStats, ParamStats
-
-_MOVED = 2.0   # a scheduler is the rate's origin when it moved it this many times up or down
 
 
 def optimizer_of(stats: AuditStats, param: ParamStats) -> OptimizerStats | None:
@@ -37,7 +36,7 @@ def group_lrs(optimizer: OptimizerStats, group: int | None) -> tuple[float | Non
     return initial, seen
 
 
-def lr_origin(stats: AuditStats, param: ParamStats, direction: str,
+def lr_origin(stats: AuditStats, param: ParamStats, direction: str, config: AuditConfig,
               scheduler_only: bool = False) -> tuple[Source | None, str]:
     """Where the rate that made this parameter's update too large ("high"), too small
     ("low") or zero ("zero") came from, and a sentence saying so. With scheduler_only,
@@ -47,7 +46,8 @@ def lr_origin(stats: AuditStats, param: ParamStats, direction: str,
         return None, ""
     initial, seen = group_lrs(optimizer, param.group)
     scheduler = optimizer.scheduler
-    if scheduler is not None and seen is not None and initial is not None and _moved(initial, seen, direction):
+    if (scheduler is not None and seen is not None and initial is not None
+            and _moved(initial, seen, direction, config)):
         low, high = seen
         rate = num(high) if direction == "high" else num(low)
         where = scheduler.function_source or scheduler.source
@@ -63,10 +63,11 @@ def lr_origin(stats: AuditStats, param: ParamStats, direction: str,
     return optimizer.source, f" The learning rate {rate}is set where {optimizer.kind} is built ({built})."
 
 
-def _moved(initial: float, seen: tuple[float, float], direction: str) -> bool:
+def _moved(initial: float, seen: tuple[float, float], direction: str, config: AuditConfig) -> bool:
+    """The scheduler moved the rate `scheduler_moved` (2×) or more in that direction."""
     low, high = seen
     if direction == "high":
-        return high > _MOVED * initial
+        return high > config.scheduler_moved * initial
     if direction == "zero":
         return high == 0 and initial != 0
-    return low * _MOVED < initial
+    return low * config.scheduler_moved < initial

@@ -19,16 +19,11 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, WeightStats
 
-_SCALE_WARNING, _SCALE_ERROR = 10.0, 30.0     # weight std / fan-based std
-_DEPTH_WARNING, _DEPTH_ERROR = 2.0, 4.0       # orders of magnitude across the layers
-_MIN_LAYERS = 4
-_CONSISTENT = 0.75                            # share of layer-to-layer steps in the same direction
-
 
 @register("LK302", "bad-initialization", "the forward signal grows or shrinks geometrically with depth, or units are symmetric")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
-    findings = [f for w in stats.weights for f in (_symmetric(w, stats), _scale(w, stats)) if f is not None]
-    depth = _depth(stats)
+    findings = [f for w in stats.weights for f in (_symmetric(w, stats), _scale(w, stats, config)) if f is not None]
+    depth = _depth(stats, config)
     if depth is not None:
         findings.append(depth)
     return findings
@@ -58,12 +53,12 @@ def _where(weight: WeightStats, op):
     return weight.init_source or (op.source if op else None)
 
 
-def _scale(weight: WeightStats, stats: AuditStats) -> Finding | None:
+def _scale(weight: WeightStats, stats: AuditStats, config: AuditConfig) -> Finding | None:
     act = following_activation(stats, weight.site)
     family = act.family if act is not None else None
     expected, init = expected_std(family, weight.fan_in, weight.fan_out)
     ratio = weight.std / expected if expected else 0.0
-    severity = severity_above(ratio, _SCALE_WARNING, _SCALE_ERROR)
+    severity = severity_above(ratio, config.init_scale_warning, config.init_scale_error)
     if severity is None:
         return None
     op = stats.op(weight.site)
@@ -77,17 +72,17 @@ def _scale(weight: WeightStats, stats: AuditStats) -> Finding | None:
                     "fan_out": weight.fan_out, "next_nonlinearity": family})
 
 
-def _depth(stats: AuditStats) -> Finding | None:
+def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:
     layers = sorted((stats.op(w.site) for w in stats.weights), key=lambda op: op.first_seq if op else 0)
     layers = [op for op in layers if op is not None and op.out_rms and math.isfinite(op.out_rms)]
-    if len(layers) < _MIN_LAYERS:
+    if len(layers) < config.init_depth_min_layers:
         return None
     logs = [math.log10(op.out_rms) for op in layers]
     orders = logs[-1] - logs[0]
     steps = [b - a for a, b in zip(logs, logs[1:])]
     same_way = sum(1 for s in steps if s * orders > 0) / len(steps)
-    severity = severity_above(abs(orders), _DEPTH_WARNING, _DEPTH_ERROR)
-    if severity is None or same_way < _CONSISTENT:
+    severity = severity_above(abs(orders), config.init_depth_warning, config.init_depth_error)
+    if severity is None or same_way < config.init_depth_consistent:
         return None
     worst = max(range(len(steps)), key=lambda i: abs(steps[i]) if steps[i] * orders > 0 else -1)
     culprit = layers[worst + 1]

@@ -19,10 +19,7 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_SPIKE = 10.0     # a gradient norm or update this many times its median is "a spike"
-
-
-def _just_before(stats: AuditStats, first: int, last: int) -> str:
+def _just_before(stats: AuditStats, first: int, last: int, config: AuditConfig) -> str:
     """What happened on the steps whose updates could have killed most units (the step of
     their last firing, up to the step before they were seen silent): Karpathy's 'knocked off
     by a large update' is a gradient spike, a large update, or a learning-rate step."""
@@ -36,15 +33,15 @@ def _just_before(stats: AuditStats, first: int, last: int) -> str:
     if spiked and norms:
         typical = statistics.median(norms)
         norm, step = max(spiked)
-        if typical > 0 and norm > _SPIKE * typical:
+        if typical > 0 and norm > config.dead_spike_factor * typical:
             events.append((step, f"the gradient norm spiked to {norm:.3g} ({norm / typical:.0f}× its median)"))
     for step in span:
         lrs = [rows[s][1] for s in (step - 1, step) if s in rows]
-        if len(lrs) == 2 and None not in lrs and lrs[0] and lrs[1] > 2 * lrs[0]:
+        if len(lrs) == 2 and None not in lrs and lrs[0] and lrs[1] > config.lr_jump * lrs[0]:
             events.append((step, f"the learning rate jumped from {lrs[0]:.3g} to {lrs[1]:.3g}"))
             break
     ratios = [(r, s) for p in stats.params for s, r in p.update_ratios if first <= s <= last]
-    if ratios and max(ratios)[0] > 0.1:
+    if ratios and max(ratios)[0] > config.dead_large_update:
         events.append((max(ratios)[1], f"an update changed a weight by {max(ratios)[0]:.2g} of its norm"))
     return _events_text(events, first, last)
 
@@ -64,7 +61,7 @@ def _joined(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _when(stats: AuditStats, act) -> tuple[str, int | None, list[int] | None]:
+def _when(stats: AuditStats, act, config: AuditConfig) -> tuple[str, int | None, list[int] | None]:
     """The sentence on when the dead units that fired earlier died, the step a finding
     points at (the earliest a unit may have died), and the range of steps they died in.
 
@@ -76,25 +73,25 @@ def _when(stats: AuditStats, act) -> tuple[str, int | None, list[int] | None]:
         return "", None, None
     earliest, latest = deaths[0][0], max(seen for _, seen in deaths)
     exact = all(died == seen for died, seen in deaths)
-    text = _exact_when(stats, deaths) if exact else _sampled_when(stats, deaths)
+    text = _exact_when(stats, deaths, config) if exact else _sampled_when(stats, deaths, config)
     return f" {len(deaths)} of them fired earlier and {text}", earliest, [earliest, latest]
 
 
-def _exact_when(stats: AuditStats, deaths: list[tuple[int, int]]) -> str:
+def _exact_when(stats: AuditStats, deaths: list[tuple[int, int]], config: AuditConfig) -> str:
     first, last = deaths[0][0], deaths[-1][0]
     median = statistics.median(died for died, _ in deaths)
     when = f"died at step {first}" if first == last else f"died between steps {first} and {last} (median {median:g})"
-    return f"{when}.{_just_before(stats, int(median) - 1, int(median) - 1)}"
+    return f"{when}.{_just_before(stats, int(median) - 1, int(median) - 1, config)}"
 
 
-def _sampled_when(stats: AuditStats, deaths: list[tuple[int, int]]) -> str:
+def _sampled_when(stats: AuditStats, deaths: list[tuple[int, int]], config: AuditConfig) -> str:
     earliest, latest = deaths[0][0], max(seen for _, seen in deaths)
     died, seen = deaths[len(deaths) // 2]
     if (died, seen) == (earliest, latest):
         observed = f": they fired at observed step {died - 1} and were silent at observed step {seen}."
     else:
         observed = f"; the median unit fired at observed step {died - 1} and was silent at observed step {seen}."
-    return f"died between steps {earliest} and {latest}{observed}{_just_before(stats, died - 1, seen - 1)}"
+    return f"died between steps {earliest} and {latest}{observed}{_just_before(stats, died - 1, seen - 1, config)}"
 
 
 def _window(act) -> str:
@@ -122,7 +119,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = Severity.INFO
         if severity is None:
             continue
-        when, step, died_between = _when(stats, act)
+        when, step, died_between = _when(stats, act, config)
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
                    f"{act.window} observed steps{_window(act)}; relu'(x) = 0 for x ≤ 0, so they get no "

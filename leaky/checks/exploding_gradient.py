@@ -35,7 +35,7 @@ def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:
     severity = severity_above(profile.ratio, config.exploding_warning, config.exploding_error)
     if severity is None:
         return None
-    culprits = worst_ops(profile.path, shrinking=False)
+    culprits = worst_ops(profile.path, shrinking=False, config=config)
     orders = math.log10(profile.ratio)
     first, last = profile.earliest, profile.latest
     grown = "; ".join(describe(op) for op in culprits) or "spread over many ops"

@@ -16,8 +16,6 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_MIN_STEPS = 3
-
 
 @register("LK203", "gradient-accumulation", "gradients are never zeroed between steps")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
@@ -26,7 +24,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
     for index, checked in sorted(stats.carry_checked.items()):
         carried = stats.carried_steps.get(index, 0)
-        if checked >= _MIN_STEPS and carried == checked:
+        if checked >= config.accumulation_min_steps and carried == checked:
             findings.append(_finding(stats, index, checked))
     return findings
 

@@ -26,15 +26,12 @@ from leaky.stats import AuditStats
 # the mechanism of the divergence: the growing gradient (LK104) and the overflow where the
 # first NaN appears (LK107) follow from it, so its line (the learning rate) goes first.
 _EXPLAINS = ("LK202", "LK107", "LK104", "LK105", "LK203")
-_GROWTH = 4.0      # oscillation: the relative swings of the last quarter over the first
-_MIN_SWING = 0.01  # ... and the last quarter's swings must be at least 1% of the loss
-_MIN_PERIODS = 3   # periods between resets needed to call a rise within them typical
 
 
 @register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
     found = causes(findings, _EXPLAINS, update_direction="high")
-    return each_objective(stats, lambda objective: _judge(stats, objective, config, found))
+    return each_objective(stats, config, lambda objective: _judge(stats, objective, config, found))
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: list[Finding]) -> Finding | None:
@@ -49,7 +46,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
     if objective.competing or curve.steps < config.loss_min_steps or not math.isfinite(curve.start):
         return None
     if objective.moving_target:
-        if objective.resets_too_frequent():
+        if objective.resets_too_frequent(config):
             return None
         return _rise_within_periods(objective, objective.periods(), config, found, of)
     if curve.start > 0 and curve.end > curve.start * config.loss_rise_factor:
@@ -57,8 +54,8 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
                    f"({num(curve.end / curve.start)}×).{cause_text(found)}")
         return _finding(Severity.WARNING, message, found, curve.last_step,
                         {"loss_start": curve.start, "loss_end": curve.end, "optimizer": objective.optimizer})
-    growth = _oscillation(objective.periods())
-    if growth is not None and growth >= _GROWTH and curve.end >= curve.start:
+    growth = _oscillation(objective.periods(), config)
+    if growth is not None and growth >= config.loss_swing_growth and curve.end >= curve.start:
         message = (f"the loss{of} oscillates with growing amplitude: its step-to-step swings in the last quarter "
                    f"are {num(growth)}× those of the first, relative to the loss.{cause_text(found)}")
         return _finding(Severity.WARNING, message, found, curve.last_step,
@@ -77,7 +74,7 @@ def _rise_within_periods(objective: Objective, periods, config: AuditConfig, fou
         start, end = statistics.mean(losses[:third]), statistics.mean(losses[-third:])
         if start > 0:
             rises.append(end / start)
-    if len(rises) < _MIN_PERIODS or statistics.median(rises) <= config.loss_rise_factor:
+    if len(rises) < config.loss_min_periods or statistics.median(rises) <= config.loss_rise_factor:
         return None
     typical = statistics.median(rises)
     message = (f"the loss{of} rises within the periods between resets of its target (a target network "
@@ -87,7 +84,7 @@ def _rise_within_periods(objective: Objective, periods, config: AuditConfig, fou
                     {"rise_within_periods": typical, "periods": len(rises), "optimizer": objective.optimizer})
 
 
-def _oscillation(periods: list[list[tuple[int, float]]]) -> float | None:
+def _oscillation(periods: list[list[tuple[int, float]]], config: AuditConfig) -> float | None:
     """Growth of the step-to-step swings relative to the loss's level, last quarter over
     first; swings across a reset (a learning-rate restart) are left out.
 
@@ -102,7 +99,7 @@ def _oscillation(periods: list[list[tuple[int, float]]]) -> float | None:
     quarter = len(swings) // 4
     first, last = statistics.median(swings[:quarter]), statistics.median(swings[-quarter:])
     # NOTE: growth of swings that stay within 1% of the loss is noise around a plateau.
-    if first <= 0 or last < _MIN_SWING:
+    if first <= 0 or last < config.loss_min_swing:
         return None
     return last / first
 

@@ -30,13 +30,12 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, ParamStats
 
-_RISE = 0.1   # a loss more than 10% higher at the end is rising, not flat
 _EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
 
 
 @register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    return each_objective(stats, lambda objective: _judge(stats, objective, config, findings))
+    return each_objective(stats, config, lambda objective: _judge(stats, objective, config, findings))
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
@@ -49,10 +48,10 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
     if objective.moving_target:
         # NOTE: against a moving target the loss is comparable only within a period between
         # syncs; over the run its level follows the target's.
-        drop = None if objective.resets_too_frequent() else objective.period_drop()
+        drop = None if objective.resets_too_frequent(config) else objective.period_drop(config)
         if drop is None:
             return None
-    if drop >= config.loss_flat_share or drop < -_RISE:
+    if drop >= config.loss_flat_share or drop < -config.loss_rising_share:
         return None   # learning, or rising (LK205's business)
     found = causes(findings, _EXPLAINS, update_direction=None)
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
@@ -71,7 +70,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
         return Finding("loss-not-decreasing", "LK204", severity, flat + cause_text(found), first.fix,
                        first.module, first.op, first.source, curve.last_step, evidence)
     bound = _change_bound(stats, objective)
-    warmup = objective.warming_up()
+    warmup = objective.warming_up(config)
     if bound is not None:
         evidence["loss_change_bound_per_step"] = bound
         reach = bound * curve.steps
@@ -93,7 +92,7 @@ def _stuck(stats: AuditStats, objective: Objective, bound: float, flat: str, cur
            config: AuditConfig) -> Finding:
     """The updates are too small to move the loss: blame the weight that moves it most."""
     param = max(_weights_of(stats, objective), key=lambda p: p.loss_change_bound or 0.0)
-    source, origin = lr_origin(stats, param, "low")
+    source, origin = lr_origin(stats, param, "low", config)
     drop = config.loss_flat_share * abs(curve.start)
     message = (f"{flat} The updates are too small to move it: at first order one step changes the loss by at most "
                f"Σ ||g||·||Δw|| = {num(bound)}, {num(bound * curve.steps)} over the {curve.steps} steps, less than a "

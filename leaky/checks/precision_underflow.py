@@ -19,8 +19,6 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_WARNING, _ERROR = 0.10, 0.50
-
 
 @register("LK304", "precision-underflow", "fp16/bf16 gradients flushed to zero, or no effective loss scaling")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
@@ -32,8 +30,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     # NOTE: values flushed to 0 are lost; subnormal ones keep a few bits, and the weight
     # gradient that sums many of them can stay close to its float32 value. So only zeros
     # make an error; a majority of subnormals is a warning.
-    severity = severity_above(worst.underflow_share, _WARNING, _ERROR)
-    if severity is None and lost >= _ERROR:
+    severity = severity_above(worst.underflow_share, config.underflow_warning, config.underflow_error)
+    if severity is None and lost >= config.underflow_error:
         severity = Severity.WARNING
     if severity is None:
         return []

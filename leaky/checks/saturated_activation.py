@@ -19,7 +19,6 @@ from leaky.stats import ActivationStats, AuditStats
 _MAX_DERIVATIVE = {"sigmoid": 0.25, "tanh": 1.0}
 _FORMULA = {"sigmoid": "sigmoid local gradient s(1−s) is at most 0.25",
             "tanh": "tanh local gradient 1−tanh² is at most 1"}
-_BLOCKED_GAIN = 1e-3
 
 
 @register("LK101", "saturated-activation", "sigmoid/tanh/softmax units sit where the local derivative is ~0")
@@ -30,9 +29,10 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = severity_above(act.flat_share, config.saturated_warning, config.saturated_error)
             if severity is not None:
                 findings.append(_smooth(act, severity, stats, config))
-        elif act.family == "softmax" and act.peaked_share is not None and act.peaked_share >= 0.99:
+        elif (act.family == "softmax" and act.peaked_share is not None
+              and act.peaked_share >= config.softmax_peaked_share):
             op = stats.op(act.site)
-            if op is not None and op.gain is not None and op.gain < _BLOCKED_GAIN:
+            if op is not None and op.gain is not None and op.gain < config.softmax_blocked_gain:
                 findings.append(_softmax(act, op.gain))
     return findings
 

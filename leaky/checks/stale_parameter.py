@@ -20,8 +20,6 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, ParamStats
 
-_MIN_STEPS = 2
-
 
 @register("LK201", "stale-parameter", "gets a gradient, but the optimizer never changes it")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
@@ -42,10 +40,11 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         if not param.in_optimizer:
             orphans[param.module].append(param)
-        elif param.graded_update_steps >= _MIN_STEPS and param.zero_update_steps == param.graded_update_steps:
+        elif (param.graded_update_steps >= config.stale_min_steps
+              and param.zero_update_steps == param.graded_update_steps):
             unchanged[param.module].append(param)
     findings = [_orphan(module, params, stats) for module, params in orphans.items()]
-    findings += [_unchanged(module, params, stats) for module, params in unchanged.items()]
+    findings += [_unchanged(module, params, stats, config) for module, params in unchanged.items()]
     findings += [_cleared(index, params, stats) for index, params in cleared.items()]
     return findings
 
@@ -92,7 +91,7 @@ def _orphan(module, params, stats: AuditStats) -> Finding:
                    {"parameters": [p.name for p in params], "cause": "not in any optimizer"})
 
 
-def _unchanged(module, params, stats: AuditStats) -> Finding:
+def _unchanged(module, params, stats: AuditStats, config: AuditConfig) -> Finding:
     steps = params[0].graded_update_steps
     grad = max(p.grad_norm or 0.0 for p in params)
     optimizer = optimizer_of(stats, params[0])
@@ -100,14 +99,14 @@ def _unchanged(module, params, stats: AuditStats) -> Finding:
     source, origin = None, ""
     if seen is not None and seen[1] == 0:
         why = "their group's lr was 0 in every sampled step."
-        source, origin = lr_origin(stats, params[0], "zero")
+        source, origin = lr_origin(stats, params[0], "zero", config)
     elif seen is not None:
         why = (f"their group's lr was {num(seen[1])}, so lr·step(g) is so small it rounds away next to the "
                "weight (below ~6e-8 of it in float32): a scheduler that shrank the rate, or a vanishing "
                "gradient (see LK103 if reported), does that.")
         # NOTE: only a scheduler that shrank the rate is a clear origin here; with the rate as
         # constructed, a vanishing gradient is as likely, and LK103 locates that.
-        source, origin = lr_origin(stats, params[0], "low", scheduler_only=True)
+        source, origin = lr_origin(stats, params[0], "low", config, scheduler_only=True)
     else:
         why = ("their group's lr is 0 (or a scheduler set it there), or lr·g is so small it rounds away next "
                "to the weight (below ~6e-8 of it in float32) — a vanishing gradient does that (see LK103 if "

@@ -17,8 +17,7 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, InputStats
 
-_OFF_SCALE = 3.0   # a standardised feature has |mean| ~ 0 and std ~ 1
-_SHOWN = 8
+_SHOWN = 8   # the fix spells out the measured mean and std when there are at most this many features
 
 
 @register("LK303", "unnormalized-input", "the input scale drives the first layer into saturation or dead zones")
@@ -32,7 +31,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if harm is None:
             continue
         worst = max(max(abs(m), s) for m, s in zip(data.mean, data.std))
-        if worst <= _OFF_SCALE:
+        if worst <= config.input_off_scale:
             continue
         findings.append(_finding(data, act, harm, worst))
     return findings

@@ -26,14 +26,12 @@ from leaky.finding import Finding, Severity
 from leaky.optimizers import rule_of
 from leaky.stats import AuditStats, ParamStats
 
-_MIN_STEPS = 2
-
 
 @register("LK202", "update-ratio", "the update/weight ratio is far from ~1e-3 (learning rate too high or too low)")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
     for param in stats.params:
-        if len(param.shape) < 2 or param.update_ratio is None or len(param.update_ratios) < _MIN_STEPS:
+        if len(param.shape) < 2 or param.update_ratio is None or len(param.update_ratios) < config.update_min_steps:
             continue
         optimizer = optimizer_of(stats, param)
         if optimizer is not None and not rule_of(optimizer).banded:
@@ -47,13 +45,13 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def _high_severity(param: ParamStats, config: AuditConfig):
-    """Error when the update outgrew the weight itself on two or more steps (a blow-up is
-    often over in a few steps, which a median would hide); warning when it did once, or
-    when the typical step is above the band."""
+    """Error when the update outgrew the weight itself on `update_error_overshoots` (two) or
+    more steps (a blow-up is often over in a few steps, which a median would hide); warning
+    when it did on fewer, or when the typical step is above the band."""
     overshoots = sum(1 for _, ratio in param.update_ratios if ratio > config.update_high_error)
-    if overshoots >= 2:
+    if overshoots >= config.update_error_overshoots:
         return Severity.ERROR
-    if overshoots == 1:
+    if overshoots:
         return Severity.WARNING
     return severity_above(param.update_ratio, config.update_high_warning, math.inf)
 
@@ -69,7 +67,7 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
     message = (f"steps change {param.name} by a median {num(param.update_ratio)} of its norm (||Δw||/||w|| over "
                f"{len(param.update_ratios)} sampled steps, at most {num(param.update_ratio_max)}; ~1e-3 is typical, "
                f"leaky's band is {_band(config)}){worst}: the learning rate is too high for this layer.")
-    source, origin = lr_origin(stats, param, "high")
+    source, origin = lr_origin(stats, param, "high", config)
     fix = ("Lower the learning rate (×0.1), or give this layer its own param group with a smaller lr; "
            "a warmup schedule helps when the ratio is high only at the start.")
     return Finding("update-ratio", "LK202", severity, message + origin, fix, param.module, None, source,
@@ -80,7 +78,7 @@ def _low(param: ParamStats, config: AuditConfig, stats: AuditStats) -> Finding:
     message = (f"no sampled step changed {param.name} by more than {num(param.update_ratio_max)} of its norm "
                f"(||Δw||/||w||; ~1e-3 is typical, leaky's band is {_band(config)}): the layer is effectively "
                "frozen, because the learning rate is too low or its gradients vanish.")
-    source, origin = lr_origin(stats, param, "low")
+    source, origin = lr_origin(stats, param, "low", config)
     fix = ("Raise the learning rate (×10) for this layer's param group; if its gradients are tiny, see "
            "LK103 vanishing-gradient for where they are lost.")
     return Finding("update-ratio", "LK202", Severity.WARNING, message + origin, fix, param.module, None, source,

@@ -26,7 +26,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     severity = severity_below(profile.ratio, config.vanishing_warning, config.vanishing_error)
     if severity is None:
         return []
-    culprits = worst_ops(profile.path, shrinking=True)
+    culprits = worst_ops(profile.path, shrinking=True, config=config)
     orders = -math.log10(profile.ratio)
     lost = "; ".join(describe(op) for op in culprits) or "spread over many ops"
     first, last = profile.earliest, profile.latest
