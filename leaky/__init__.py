@@ -11,9 +11,8 @@ from leaky.audit import Audit, audit
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity, Source
 from leaky.report import SCHEMA, Report
+from leaky.version import __version__
 from leaky.watch import Watch, watch
-
-__version__ = "0.1.0"
 
 __all__ = ["Audit", "AuditConfig", "Finding", "Report", "SCHEMA", "Severity", "Source", "Watch", "audit", "watch",
            "__version__"]

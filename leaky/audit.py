@@ -72,7 +72,7 @@ class Audit:
         """One line each: limits of what was observed that the user should know about."""
         names = self._recorder.compiled.names
         compiled = [COMPILED_NOTE.format(name=" and ".join(names))] if names else []
-        return compiled + run_notes(self.stats)
+        return compiled + run_notes(self.stats, self.config)
 
     @property
     def findings(self):

@@ -105,8 +105,16 @@ def assert_gradient_flow(model: torch.nn.Module, batch, loss_fn: Callable, *,
 
 def stats(**fields: Any) -> AuditStats:
     """Hand-built AuditStats: every field empty unless given (keywords only), e.g.
-    `stats(steps=20, series=series(losses=[...]), optimizers=(optimizer(),))`."""
-    return dataclasses.replace(AuditStats.empty(), **fields)
+    `stats(steps=20, series=series(losses=[...]), optimizers=(optimizer(),))`. The per-module
+    table is derived from the ops, activations, parameters and recurrences given, as a run's
+    would be, unless `module_table` is given too."""
+    built = dataclasses.replace(AuditStats.empty(), **fields)
+    if "module_table" in fields:
+        return built
+    from leaky.derive.modules import module_table
+
+    table = module_table(built.ops, built.activations, built.params, built.recurrences, built.module_types)
+    return dataclasses.replace(built, module_table=table)
 
 
 def source(*, line: int = 1, file: str = "train.py") -> Source:

@@ -173,7 +173,7 @@ def _status(exc_type) -> str:
 
 
 def _version() -> str:
-    from leaky import __version__
+    from leaky.version import __version__
 
     return __version__
 

@@ -61,7 +61,7 @@ class Report:
         return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
 
     def to_dict(self) -> dict:
-        from leaky import __version__
+        from leaky.version import __version__
 
         counts = {s.value: sum(1 for f in self.findings if f.severity is s) for s in Severity}
         return _clean({

@@ -58,7 +58,7 @@ def _result(finding, rule_index: dict, root: str | None) -> dict:
 
 def to_sarif(report, root: str | None = None) -> dict:
     """A SARIF log with one run; file paths relative to `root` when they are inside it."""
-    from leaky import __version__
+    from leaky.version import __version__
 
     rules = [_rule(check) for check in CHECKS.values()]
     index = {rule["id"]: i for i, rule in enumerate(rules)}

@@ -1,0 +1,33 @@
+"""The `leaky` command: audit, watch, runs, show, explain, demo.
+
+    leaky audit [--steps N] [--json PATH] [--fail-on error] SCRIPT [script args...]
+    leaky watch [--every N] [--store PATH] [--fail-fast] [--json PATH] SCRIPT [script args...]
+    leaky runs [--store PATH]
+    leaky show RUN [--store PATH]
+    leaky fix [--steps K] [--holdout H] [--repeats R] [--json PATH] SCRIPT [script args...]
+    leaky explain dead-zone | LK106
+    leaky demo
+
+Exit codes of `audit` and `watch` (EXIT_CODES below, printed by their --help): 0 no finding
+at or above --fail-on; 1 there are such findings; 2 the script could not be run, or no
+backward pass was observed; or the script's own nonzero status, as `python SCRIPT` would
+have ended (1 for an uncaught exception, N for `sys.exit(N)`, 130 for Ctrl-C), which wins
+over 1 for findings. The script's traceback, without leaky's frames, follows the report on
+stderr. `fix` ends with 0, 2 when it could judge nothing, or the unfixed run's own status.
+"""
+from __future__ import annotations
+
+from leaky.cli.fix import cmd_demo, cmd_explain, cmd_fix
+from leaky.cli.parser import build_parser  # noqa: F401  (re-exported)
+from leaky.cli.run import cmd_audit, cmd_watch
+from leaky.cli.stored import cmd_report, cmd_runs, cmd_show
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show, "report": cmd_report,
+               "explain": cmd_explain, "demo": cmd_demo, "fix": cmd_fix}[args.command]
+    return handler(args)
+
+
+__all__ = ["build_parser", "main"]

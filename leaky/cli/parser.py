@@ -1,0 +1,103 @@
+"""The command line's arguments: one sub-parser per command, their help and the exit codes."""
+from __future__ import annotations
+
+import argparse
+
+
+EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+EXIT_CODES = """exit status:
+  0  no finding at or above --fail-on, and the script did not fail
+  1  findings at or above --fail-on{fail_fast}
+  2  the script could not be run, or no backward pass was observed (and it did not fail)
+  N  the script's own nonzero status, as `python SCRIPT` would end (1: an uncaught
+     exception; N: sys.exit(N); 130: Ctrl-C); it wins over 1 for findings. The
+     script's traceback, without leaky's frames, follows the report on stderr."""
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected a positive number")
+    return value
+
+
+def _steps(text: str) -> int | None:
+    if text in ("all", "0"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes a positive number or 'all', not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("--steps must be positive (or 'all')")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leaky", description="Find where backprop leaks in PyTorch training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    audit = sub.add_parser("audit", help="run a training script under instrumentation and report leaks",
+                           epilog=EXIT_CODES.format(fail_fast=""), formatter_class=argparse.RawDescriptionHelpFormatter)
+    audit.add_argument("--steps", type=_steps, default=20, metavar="N",
+                       help="optimizer steps to observe (backward calls if no optimizer); 'all' for the whole "
+                            "script (default 20)")
+    audit.add_argument("--json", metavar="PATH", help="write the leaky/report-v1 JSON report here ('-': stdout)")
+    audit.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                       help="exit 1 when a finding at or above this severity exists (default error)")
+    audit.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
+    audit.add_argument("--format", choices=("text", "json", "sarif"), default="text",
+                       help="text (default) for people; json or sarif on stdout, or into --output")
+    audit.add_argument("--output", metavar="PATH", help="write the --format json/sarif output here")
+    audit.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report here")
+    audit.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
+    audit.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    watch = sub.add_parser("watch", help="follow a whole training run cheaply and keep it in a store",
+                           epilog=EXIT_CODES.format(fail_fast=" (or --fail-fast stopped training)"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    watch.add_argument("--every", type=_positive, default=None, metavar="N",
+                       help="observe every N-th step in detail (default 100)")
+    watch.add_argument("--store", metavar="PATH", default="leaky-runs.db",
+                       help="SQLite run store (default ./leaky-runs.db)")
+    watch.add_argument("--fail-fast", action="store_true",
+                       help="stop training at the first error-severity finding (exit 1)")
+    watch.add_argument("--json", metavar="PATH", help="write the leaky/report-v1 JSON report at the end")
+    watch.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                       help="exit 1 when a finding at or above this severity exists (default error)")
+    watch.add_argument("--no-table", action="store_true", help="leave out the gradient-flow table")
+    watch.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard events to this log dir")
+    watch.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report here")
+    watch.add_argument("script", help="the training script, run as `python SCRIPT args...` would")
+    watch.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    runs = sub.add_parser("runs", help="list the runs in a store")
+    runs.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    report = sub.add_parser("report", help="write a stored run's HTML report")
+    report.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
+    report.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    report.add_argument("--html", metavar="PATH", required=True, help="where to write the HTML report")
+    show = sub.add_parser("show", help="a stored run's findings and timeline")
+    show.add_argument("run", nargs="?", default="latest", help="run id, or 'latest' (default)")
+    show.add_argument("--store", metavar="PATH", default="leaky-runs.db")
+    fix = sub.add_parser("fix", help="try the fix for each finding as a short run from the same start, and judge it",
+                         epilog="exit status: 0; 2 when the script cannot be run or makes no optimizer step; "
+                                "or the unfixed run's own nonzero status, as `python SCRIPT` would end (its "
+                                "traceback follows on stderr); 130 on Ctrl-C")
+    fix.add_argument("--steps", type=_positive, default=200, metavar="K",
+                     help="training steps of each run (default 200)")
+    fix.add_argument("--holdout", type=_positive, default=20, metavar="H",
+                     help="held-out steps after step K, the model frozen, that score each run (default 20)")
+    fix.add_argument("--repeats", type=_positive, default=2, metavar="R",
+                     help="unfixed runs with shifted seeds that measure the noise (default 2)")
+    fix.add_argument("--json", metavar="PATH", help="write the leaky/fix-v1 JSON result here ('-': stdout)")
+    fix.add_argument("--example", metavar="NAME", help="a built-in example instead of a script (see leaky demo)")
+    fix.add_argument("script", nargs="?", help="the training script, run as `python SCRIPT args...` would")
+    fix.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    explain = sub.add_parser("explain", help="print what a check means and how to fix it")
+    explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
+    demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")
+    demo.add_argument("--steps", type=_steps, default=20, metavar="N", help="steps per example (default 20)")
+    demo.add_argument("--only", metavar="NAME", help="run one example pair (e.g. dqn-clamped-td)")
+    return parser

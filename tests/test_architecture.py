@@ -1,0 +1,151 @@
+"""The layout of the package, checked: the data flows one way (record → derive → stats →
+checks → findings → report), files import each other without cycles, no file is over
+500 lines, and op vocabulary is spelled out only in leaky/ops.
+
+Imports are read from the source (every `import` and `from ... import`, inside functions
+too), except those under `if TYPE_CHECKING:`, which never run.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LEAKY = Path(__file__).resolve().parent.parent / "leaky"
+MAX_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(LEAKY.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+FILES = {_module_name(p): p for p in sorted(LEAKY.rglob("*.py"))}
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(name: str) -> set[str]:
+    """The leaky modules this file imports (resolved to files), TYPE_CHECKING blocks aside."""
+    path = FILES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking(node):
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # NOTE: `from leaky import ops` depends on leaky/ops, not on leaky/__init__.py
+            # (every import runs its parent packages' __init__: that is not a dependency).
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in FILES else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {_file_of(target) for target in found if target.startswith("leaky")} - {None, name}
+
+
+def _file_of(target: str) -> str | None:
+    while target and target not in FILES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+GRAPH = {name: _imports(name) for name in FILES}
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+FORBIDDEN = {
+    "leaky.record": ("leaky.derive", "leaky.checks", "leaky.report", "leaky.fix", "leaky.watch", "leaky.audit",
+                     "leaky.cli", "leaky.notes"),
+    "leaky.checks": ("leaky.record", "leaky.derive", "leaky.report"),
+    "leaky.report": ("leaky.record", "leaky.derive"),
+    "leaky.ops": ("leaky.record", "leaky.derive", "leaky.checks", "leaky.report", "leaky.fix"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_each_layer_imports_only_what_comes_before_it(layer):
+    wrong = sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if _under(name, layer)
+                   for target in targets if any(_under(target, f) for f in FORBIDDEN[layer]))
+    assert wrong == []
+
+
+def test_reports_use_no_check_internals():
+    wrong = sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if _under(name, "leaky.report")
+                   for target in targets if _under(target, "leaky.checks") and target.rpartition(".")[2].startswith("_"))
+    assert wrong == []
+
+
+def _cycle() -> list[str] | None:
+    """One import cycle between files, if there is any (depth-first search)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        stack.append(name)
+        for target in sorted(GRAPH[name]):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[name] = 2
+        return None
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles_between_files():
+    cycle = _cycle()
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_no_file_is_over_500_lines():
+    long = sorted(f"{p.relative_to(LEAKY.parent)}: {n}" for p in LEAKY.rglob("*")
+                  if p.suffix in (".py", ".css") and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES)
+    assert long == []
+
+
+def test_the_scan_sees_imports_a_layer_rule_would_catch():
+    # it reads real edges (so a rule can fail): the recorder's op knowledge, relative imports
+    assert "leaky.ops" in GRAPH["leaky.record.recorder"]
+    assert "leaky.report.html.values" in GRAPH["leaky.report.html.page"]
+    assert "leaky.record.step_record" in GRAPH["leaky.derive.accumulate"]
+    # and TYPE_CHECKING imports are not edges: record/compiled.py names Recorder only for types
+    assert "leaky.record.recorder" not in GRAPH["leaky.record.compiled"]
+
+
+def test_the_page_css_is_package_data():
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11+
+    pyproject = LEAKY.parent / "pyproject.toml"
+    globs = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]["leaky"]
+    css = (LEAKY / "report" / "html" / "page.css").relative_to(LEAKY).as_posix()
+    assert any(fnmatch.fnmatch(css, g) for g in globs), (css, globs)
