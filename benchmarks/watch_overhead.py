@@ -103,9 +103,9 @@ import leaky  # noqa: E402
 from leaky.watch import DEFAULT_EVERY  # noqa: E402
 
 from _harness import (M_TOP_PAD, M_TRIM_THRESHOLD, ModelTiming, Plan, Result, WorkerOptions,  # noqa: E402
-                      bracketing_reference, iqr, mean, parse, parser, print_notes, print_table, print_verdicts,
-                      time_model, worker_pool)
+                      bracketing_reference, iqr, mean, parse, parser, time_model, worker_pool)
 from _modes import close_problems, cockpit_status, make_runner  # noqa: E402
+from _tables import print_notes, print_table, print_verdicts  # noqa: E402
 from audit_overhead import BUILDERS  # noqa: E402
 
 TARGETS = {"watch-default": 1.02, "watch-every-1": 1.15}
