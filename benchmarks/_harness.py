@@ -220,6 +220,10 @@ class Worker:
 def worker_pool(modes: list[str], options: WorkerOptions, make_runner):
     """One worker per mode, {mode: Worker}; all stopped on exit."""
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if ctx.get_start_method() == "fork":
+        # NOTE: torch.optim imports Dynamo when the first optimizer is built (3-5 s per process
+        # on a busy 2-core machine): imported here, every forked worker inherits it.
+        import torch._dynamo  # noqa: F401
     workers: dict[str, Worker] = {}
     try:
         for mode in modes:

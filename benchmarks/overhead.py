@@ -1,6 +1,6 @@
 """Run: python benchmarks/overhead.py [--quick]   (from the repository root)
 
-    python benchmarks/overhead.py --quick                     # smoke run, ~1-2 min on 2 cores
+    python benchmarks/overhead.py --quick                     # smoke run, ~1 min on 2 cores
     python benchmarks/overhead.py --markdown                  # full run, 4-6 min on 2 shared cores
     python benchmarks/overhead.py --models cnn,lstm --rounds 9
 

@@ -1,6 +1,6 @@
 """Run: python benchmarks/watch_overhead.py [--quick]   (from the repository root)
 
-    python benchmarks/watch_overhead.py --quick                       # smoke run, ~1.5 min
+    python benchmarks/watch_overhead.py --quick                       # smoke run, ~30 s
     python benchmarks/watch_overhead.py --markdown                    # full run, 4-6 min on 2 cores
     python benchmarks/watch_overhead.py --models cnn,lstm --modes watch-default,watch-every-1
 
