@@ -28,9 +28,9 @@ torch.set_num_threads(--threads); all pinned to one CPU, --cpu, by default the i
 so that none settles on a busier core than the others), which builds the workload, opens
 the mode's context once and keeps it open through the warm-up and all rounds: one watch per
 workload, so its sampled steps fall among the timed steps in the proportion they have in
-training. The main process interleaves the workers in rounds (plain, watch-default, ..., plain, ...); one worker computes at a time,
-the others wait on a pipe. Closing the context (the watch's final checks and store write)
-is timed apart, as a once-per-run cost.
+training. The main process interleaves the workers in rounds (plain, watch-default, ...,
+plain, ...); one worker computes at a time, the others wait on a pipe. Closing the context
+(the watch's final checks and store write) is timed apart, as a once-per-run cost.
 
 Each step is timed on its own (time.perf_counter). A round's reference is the mean plain
 step of that round's plain block and the next round's (they bracket the mode's block in
