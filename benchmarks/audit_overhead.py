@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -36,10 +37,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-from torch import nn
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import leaky
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import leaky  # noqa: E402
+
+from _tables import print_table  # noqa: E402
 
 TARGET_RATIO = 2.0
 MODES = ("plain", "audit", "anomaly")
@@ -237,23 +242,6 @@ def rows(results: list[Result]) -> list[tuple[str, ...]]:
              f"{r.audit_end_ms:.1f}") for r in results]
 
 
-def print_table(results: list[Result], markdown: bool) -> None:
-    body = rows(results)
-    if markdown:
-        print("| " + " | ".join(HEADER) + " |")
-        print("|" + "|".join(["---"] + ["---:"] * (len(HEADER) - 1)) + "|")
-        for row in body:
-            print("| " + " | ".join(row) + " |")
-        return
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(HEADER)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    print(line(HEADER))
-    print("  ".join("-" * w for w in widths))
-    for row in body:
-        print(line(row))
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -292,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(bench_model(name, args))
         print(f"  {name}: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     print()
-    print_table(results, args.markdown)
+    print_table(HEADER, rows(results), args.markdown)
     over = [r.model for r in results if "audit" in r.ratio and r.ratio["audit"] > TARGET_RATIO]
     if over:
         print(f"\naudit ratio above the {TARGET_RATIO:g}x target: {', '.join(over)}")

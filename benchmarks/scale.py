@@ -47,10 +47,15 @@ import time
 import traceback
 import warnings
 
-import torch
-from torch import nn
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import leaky
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import leaky  # noqa: E402
+
+from _harness import bracketing_reference  # noqa: E402
+from _tables import print_table  # noqa: E402
 
 TIME_TARGET, MEMORY_TARGET = 2.0, 1.2
 
@@ -315,7 +320,7 @@ def bench_growth(depth: int, width: int, args: argparse.Namespace) -> dict:
         dt, ex = block("audit")
         audited.append(dt)
         exits.append(ex)
-    ref = [(a + b) / 2 for a, b in zip(plain, plain[1:])] + plain[-1:]
+    ref = bracketing_reference(plain)
     audit = info.pop("audit")
     t = time.perf_counter()
     try:
@@ -347,23 +352,7 @@ def print_growth(rows: list[dict], args: argparse.Namespace) -> None:
             print(f"  LEAKY INTERNAL ERROR at depth {r['depth']} width {r['width']}: {r['error']}")
 
 
-# -- output and main ------------------------------------------------------------------------
-def print_table(header, body, markdown: bool) -> None:
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-        for row in body:
-            print("| " + " | ".join(row) + " |")
-        return
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    print(line(header))
-    print("  ".join("-" * w for w in widths))
-    for row in body:
-        print(line(row))
-
-
+# -- main ---------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
