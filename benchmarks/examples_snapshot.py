@@ -6,7 +6,7 @@
 
 For each example of leaky.zoo (20 steps, seed 0, as `leaky demo` and the tests run them):
 every finding's code, severity, module, op, source line (file name and line), step, the
-numbers of its evidence rounded to 3 significant digits, and the gradient-flow table's
+numbers of its evidence rounded to 3 significant digits, its message and fix, and the gradient-flow table's
 rows (module, grad norm in, gain, zeroed, dead, saturated), rounded the same way. A
 redesign that changes no behaviour leaves the two files equal; --compare lists what
 differs and exits 1 if anything does.
@@ -24,7 +24,9 @@ import torch
 
 
 def _round(value):
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
         return value
@@ -42,7 +44,12 @@ def _round(value):
 def _finding(f) -> dict:
     source = None if f.source is None else f"{os.path.basename(f.source.file)}:{f.source.line}"
     return {"code": f.code, "severity": f.severity.value, "module": f.module, "op": f.op, "source": source,
-            "step": f.step, "evidence": _round(f.evidence)}
+            "step": f.step, "evidence": _round(f.evidence), "message": _text(f.message), "fix": _text(f.fix)}
+
+
+def _text(text: str) -> str:
+    """A message without this checkout's path (examples live inside the package)."""
+    return text.replace(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "<repo>")
 
 
 def snapshot() -> dict:

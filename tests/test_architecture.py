@@ -149,3 +149,45 @@ def test_the_page_css_is_package_data():
     globs = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]["leaky"]
     css = (LEAKY / "report" / "html" / "page.css").relative_to(LEAKY).as_posix()
     assert any(fnmatch.fnmatch(css, g) for g in globs), (css, globs)
+
+
+# -- op vocabulary -------------------------------------------------------------------------
+def _literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant that is not a docstring."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+# Op spellings that are also ordinary names in leaky's code, with another meaning: a JSON
+# key ("where" a finding is), an attribute or module name (`.item`, numpy), leaky fix's
+# name for gradient clipping.
+AMBIGUOUS = frozenset({"where", "item", "numpy", "clip"})
+
+
+def _vocabulary_word(text: str, names: frozenset[str], nodes: frozenset[str]) -> bool:
+    """An op spelling, or an autograd node or nn.Module class name (a registered prefix)."""
+    if text in names and text not in AMBIGUOUS:
+        return True
+    return text.isidentifier() and text[:1].isupper() and any(text.startswith(prefix) for prefix in nodes)
+
+
+def test_op_vocabulary_is_spelled_out_only_in_leaky_ops():
+    from leaky import ops
+
+    names, nodes = ops.vocabulary()
+    # NOTE: the built-in examples are user programs (their Expect names the op to find), and
+    # a check's registry name is not an op.
+    # leaky.testing builds hand-made stats for tests, the way the zoo builds models: its
+    # defaults name example ops.
+    skip = ("leaky/ops/", "leaky/zoo/", "leaky/testing.py")
+    found = []
+    for path in sorted(LEAKY.rglob("*.py")):
+        where = path.relative_to(LEAKY.parent).as_posix()
+        if where.startswith(skip):
+            continue
+        found.extend(f"{where}:{line} {text!r}" for line, text in _literals(path) if _vocabulary_word(text, names, nodes))
+    assert found == []

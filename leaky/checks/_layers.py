@@ -4,17 +4,15 @@ from __future__ import annotations
 import bisect
 import math
 
+from leaky import ops
 from leaky.stats import ActivationStats, AuditStats
-
-_LAYER_OPS = {"linear", "conv1d", "conv2d", "conv3d", "bilinear"}
-
 
 def _order(stats: AuditStats):
     """(sorted layer positions, sorted activation positions, activations): built once per
     AuditStats, so looking up every layer stays O(n log n) on 10,000-module models."""
     cached = stats.__dict__.get("_layer_order")
     if cached is None:
-        layers = sorted(op.first_seq for op in stats.ops if op.op in _LAYER_OPS)
+        layers = sorted(op.first_seq for op in stats.ops if ops.layer_kind(op.op) is not None)
         acts = sorted(((stats.op(a.site).first_seq, i) for i, a in enumerate(stats.activations)
                        if stats.op(a.site) is not None))
         cached = (layers, [seq for seq, _ in acts], [stats.activations[i] for _, i in acts])
@@ -38,9 +36,7 @@ def following_activation(stats: AuditStats, site: int) -> ActivationStats | None
 
 
 def expected_std(family: str | None, fan_in: int, fan_out: int) -> tuple[float, str]:
-    """The fan-based weight std for the nonlinearity that follows, and the init to use."""
-    if family == "relu":
-        return math.sqrt(2.0 / fan_in), "nn.init.kaiming_normal_(layer.weight, nonlinearity='relu')"
-    if family in ("tanh", "sigmoid", "softmax", "hardtanh"):
-        return math.sqrt(2.0 / (fan_in + fan_out)), "nn.init.xavier_normal_(layer.weight)"
-    return math.sqrt(1.0 / fan_in), "nn.init.kaiming_normal_(layer.weight, nonlinearity='linear')"
+    """The fan-based weight std for the nonlinearity that follows, and the init to use
+    (ops: each activation family's Init; none, or an unknown one: what follows is linear)."""
+    init = ops.init_for(family)
+    return init.std(fan_in, fan_out), init.text

@@ -17,19 +17,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from leaky import ops
 from leaky.checks import register
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, LossStats
 
-_LOGIT_LOSSES = {"cross_entropy", "binary_cross_entropy_with_logits", "multilabel_soft_margin_loss"}
-_LOGPROB_LOSSES = {"nll_loss", "kl_div"}
-_REGRESSION = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}
-# NOTE: log_softmax is not among them: softmax(log_softmax(z)) = softmax(z), so
+# NOTE: log_softmax does not normalise in this sense: softmax(log_softmax(z)) = softmax(z), so
 # cross_entropy(log_softmax(z), y) equals cross_entropy(z, y), gradient included.
-_NORMALISERS = ("SoftmaxBackward", "SigmoidBackward")
-_CLIPPERS = ("ReluBackward", "ThresholdBackward")   # outputs >= 0 by construction
+
+
+def _expects(loss: LossStats, kind: str) -> bool:
+    return ops.loss_expects(loss.op) == kind
+
+
+def _producer(loss: LossStats):
+    return ops.node_rule(loss.input_node)
 
 
 @dataclass(frozen=True)
@@ -41,32 +45,46 @@ class Rule:
     at_loss: bool = False   # point at the loss call (the fix goes there), not at the producer
 
 
-def _made_by(loss: LossStats, prefixes) -> bool:
-    return bool(loss.input_node) and loss.input_node.startswith(prefixes)
+def _normalised(loss: LossStats) -> bool:
+    """Its input came out of a softmax or a sigmoid (ops: `normalises`)."""
+    rule = _producer(loss)
+    return rule is not None and rule.normalises
+
+
+def _clipped(loss: LossStats) -> bool:
+    """Its input came out of a ReLU-like op: never negative (ops: `clips`)."""
+    rule = _producer(loss)
+    return rule is not None and rule.clips
+
+
+def _softmax_made(loss: LossStats) -> bool:
+    """Its input came out of a softmax or a log-softmax (a normalisation over one dim)."""
+    rule = _producer(loss)
+    return rule is not None and rule.detail == ops.SOFTMAX_DIM
 
 
 def _norm_name(loss: LossStats) -> str:
     """The producing op in the user's terms: SoftmaxBackward0 -> softmax."""
+    rule = _producer(loss)
+    if rule is not None:
+        return rule.name
     node = (loss.input_node or "?").rstrip("0123456789")
-    node = node[:-len("Backward")] if node.endswith("Backward") else node
-    return {"LogSoftmax": "log_softmax", "ClampMin": "clamp_min"}.get(node, node.lower())
+    return (node[:-len("Backward")] if node.endswith("Backward") else node).lower()
 
 
 def _dim_over_batch(loss: LossStats, stats: AuditStats) -> bool:
     op = stats.op(loss.input_site) if loss.input_site is not None else None
-    return (op is not None and op.op in ("log_softmax", "softmax") and len(loss.input_shape) >= 2
+    rule = ops.rule(op.op) if op is not None else None
+    return (rule is not None and rule.detail == ops.SOFTMAX_DIM and len(loss.input_shape) >= 2
             and op.detail.get("dim") in (0, -len(loss.input_shape)))
-
-
-_BOUNDED = {"SigmoidBackward": (0.0, 1.0), "TanhBackward": (-1.0, 1.0), "SoftmaxBackward": (0.0, 1.0),
-            "HardtanhBackward": (-1.0, 1.0)}
 
 
 def _unreachable(loss: LossStats) -> tuple[float, float] | None:
     """A bounded output regressed onto targets outside its range: the bounds, else None."""
-    if loss.op not in _REGRESSION or loss.target_low is None or not loss.input_node:
+    if not _expects(loss, ops.VALUES) or loss.target_low is None or not loss.input_node:
         return None
-    bounds = _BOUNDED.get(loss.input_node.rstrip("0123456789"))
+    rule = ops.node_rule(loss.input_node.rstrip("0123456789"))
+    bounds = None if rule is None else rule.output_range
     if bounds is None:
         return None
     low, high = bounds
@@ -74,37 +92,37 @@ def _unreachable(loss: LossStats) -> tuple[float, float] | None:
 
 
 RULES = (
-    Rule(lambda loss, _: loss.op in _LOGIT_LOSSES and _made_by(loss, _NORMALISERS), Severity.ERROR,
+    Rule(lambda loss, _: _expects(loss, ops.LOGITS) and _normalised(loss), Severity.ERROR,
          lambda loss: (f"{loss.op} applies its own normalisation, but its input already went through "
                        f"{_norm_name(loss)}: normalised twice, the inputs are squeezed into a small range "
                        f"(here [{num(loss.low)}, {num(loss.high)}]), so the loss can never be confident and "
                        "its gradient never vanishes at the right answer."),
          "Pass the raw logits: remove the softmax/sigmoid before the loss (keep it for metrics under "
          "torch.no_grad()), or use F.nll_loss on torch.log_softmax(logits, dim=-1)."),
-    Rule(lambda loss, _: loss.op in _LOGPROB_LOSSES and (_made_by(loss, ("SoftmaxBackward", "SigmoidBackward"))
-                                                         or (loss.high is not None and loss.high > 1e-6)),
+    Rule(lambda loss, _: _expects(loss, ops.LOG_PROBABILITIES) and (_normalised(loss)
+                                                                    or (loss.high is not None and loss.high > 1e-6)),
          Severity.ERROR,
          lambda loss: (f"{loss.op} expects log-probabilities (≤ 0) but gets "
                        + (f"{_norm_name(loss)} outputs in [{num(loss.low)}, {num(loss.high)}]; on probabilities "
                           "its gradient is a constant −1/N, so it pushes p_y up without bound instead of "
                           "minimising −log p_y."
-                          if _made_by(loss, _NORMALISERS) else
+                          if _normalised(loss) else
                           f"values up to {num(loss.high)}: positive numbers are not log-probabilities, and "
                           "on raw scores the loss −a_y is unbounded below.")),
          "Use torch.log_softmax(logits, dim=-1) before nll_loss, or F.cross_entropy(logits, target)."),
-    Rule(lambda loss, _: loss.op in _LOGIT_LOSSES and _made_by(loss, _CLIPPERS), Severity.WARNING,
+    Rule(lambda loss, _: _expects(loss, ops.LOGITS) and _clipped(loss), Severity.WARNING,
          lambda loss: (f"the logits reaching {loss.op} come out of {_norm_name(loss)}: they "
                        f"can never be negative (range here [{num(loss.low)}, {num(loss.high)}]), and wherever "
                        "they are clipped the gradient is exactly 0."),
          "Remove the ReLU/clamp after the last layer: logits must be free to take any sign."),
-    Rule(lambda loss, _: loss.op == "binary_cross_entropy" and (
+    Rule(lambda loss, _: _expects(loss, ops.PROBABILITIES) and (
              (loss.failed is not None) or (loss.low is not None and (loss.low < 0 or loss.high > 1))),
          Severity.ERROR,
-         lambda loss: (f"binary_cross_entropy needs probabilities in [0, 1]; it was given "
+         lambda loss: (f"{loss.op} needs probabilities in [0, 1]; it was given "
                        f"{'values outside that range (' + loss.failed + ')' if loss.failed else f'[{num(loss.low)}, {num(loss.high)}]'}."),
          "Pass logits to F.binary_cross_entropy_with_logits (nn.BCEWithLogitsLoss) instead of applying "
          "sigmoid yourself: it is also numerically stable.", at_loss=True),
-    Rule(lambda loss, _: loss.op in _REGRESSION and loss.target_shape is not None and (
+    Rule(lambda loss, _: _expects(loss, ops.VALUES) and loss.target_shape is not None and (
              loss.target_dtype in ("int64", "int32", "uint8", "int16", "int8")
              or (loss.target_integral and len(loss.input_shape) == len(loss.target_shape) + 1
                  and loss.input_shape[-1] > 1)),
@@ -114,7 +132,7 @@ RULES = (
                        "a regression loss treats class 3 as 'closer' to 2 than to 7."),
          "For classes use F.cross_entropy(logits, target) with integer targets; for regression make the "
          "target the same shape as the prediction.", at_loss=True),
-    Rule(lambda loss, _: loss.op in _REGRESSION and loss.target_shape not in (None, ())
+    Rule(lambda loss, _: _expects(loss, ops.VALUES) and loss.target_shape not in (None, ())
          and loss.target_shape != loss.input_shape and loss.failed is None, Severity.WARNING,
          lambda loss: (f"{loss.op} broadcasts predictions {list(loss.input_shape)} against targets "
                        f"{list(loss.target_shape)}: every prediction is compared with every target, not "
@@ -127,7 +145,7 @@ RULES = (
                        f"closer it gets to its bound the flatter {_norm_name(loss)} becomes (its derivative → 0)."),
          "Drop the squashing on the output layer (a plain Linear for regression), or scale the targets into "
          "the output's range."),
-    Rule(lambda loss, _: _made_by(loss, ("SoftmaxBackward", "LogSoftmaxBackward")) and loss.input_shape
+    Rule(lambda loss, _: _softmax_made(loss) and loss.input_shape
          and loss.input_shape[-1] == 1, Severity.ERROR,
          lambda loss: (f"the {loss.op} input is a softmax over a dimension of size 1: it is constant "
                        "(1, or 0 after log), so every gradient through it is exactly 0."),

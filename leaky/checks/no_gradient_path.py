@@ -14,30 +14,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from leaky import ops
 from leaky.checks import register
 from leaky.checks._optim import cleared_before_step
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, Cut
 
-_CUT_TEXT = {
-    "detach": (".detach()", "Remove the .detach() (detach only what must not be trained, e.g. a "
-               "target); if you need numpy, compute it from a detached copy next to the graph, not in it."),
-    "data": (".data", "Use the parameter itself (self.fc.weight), not .data: .data hides the op from "
-             "autograd."),
-    "numpy": (".numpy()", "Keep the computation in torch; a numpy round trip leaves the graph."),
-    "item": (".item()", "Keep the value as a tensor; .item() returns a Python number with no gradient."),
-    "tolist": (".tolist()", "Keep the values as a tensor; .tolist() leaves the graph."),
-    "no_grad": ("torch.no_grad()", "Move this call out of the torch.no_grad() block, or freeze these "
-                "parameters on purpose with requires_grad_(False) and drop them from the optimizer."),
-    "nondiff": ("an op with no gradient", "This op's output carries no gradient (a comparison, argmax, "
-                "rounding to an integer dtype): use a differentiable surrogate (e.g. the soft value "
-                "sigmoid(x) instead of (sigmoid(x) > 0.5).float()) on the path to the loss."),
-    "leaf_loss": ("backward() on a leaf tensor", "The tensor passed to backward() has no graph behind it "
-                  "(setting loss.requires_grad = True hides the cut): find where the graph was cut before "
-                  "the loss and keep the loss a function of the model's outputs."),
-}
-_ORDER = ("detach", "data", "numpy", "item", "tolist", "no_grad", "nondiff", "leaf_loss")
+_ORDER = tuple(ops.calls.CUT_KINDS)   # the kinds of cut, most specific first
 
 
 @register("LK108", "no-gradient-path", "trainable parameters that receive no gradient")
@@ -73,9 +57,9 @@ def _kind(cut: Cut) -> str:
 
 def _find_cut(module: str | None, stats: AuditStats) -> Cut | None:
     def related(cut: Cut) -> bool:
-        if _kind(cut) == "leaf_loss":
+        if _kind(cut) == ops.calls.LEAF:
             return True   # nothing before the loss gets a gradient
-        if cut.kind == "no_grad":
+        if cut.kind == ops.calls.NO_GRAD:
             return _related(cut.module, module)
         return any(_related(producer, module) for producer in cut.producer)
 
@@ -97,8 +81,9 @@ def _finding(module: str | None, params, stats: AuditStats) -> Finding:
     head = (f"{names} ({count} values, trainable) received no gradient in any of the "
             f"{stats.steps} observed steps")
     if cut is not None:
-        what, fix = _CUT_TEXT[_kind(cut)]
-        if _kind(cut) == "nondiff":
+        kind = ops.calls.cut_kind(cut.kind)
+        what, fix = kind.what, kind.fix
+        if _kind(cut) == ops.calls.NONDIFF:
             what = f"{cut.kind.split(':')[1]}, whose output has no gradient"
         message = f"{head}: the path to the loss is cut by {what} here."
         source, op = cut.source, cut.kind

@@ -13,28 +13,12 @@ from __future__ import annotations
 
 import math
 
+from leaky import ops
 from leaky.checks import register
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, NonFinite
 
-_TRAPS = {
-    "log": ("d/dx log(x) = 1/x is infinite at x = 0 (and log is NaN for x < 0); masking the output "
-            "with where() does not mask the backward, since 0 · inf = NaN",
-            "Mask the input, not the output: torch.log(torch.where(x > 0, x, torch.ones_like(x))), or "
-            "add an epsilon: torch.log(x.clamp_min(1e-12))."),
-    "sqrt": ("d/dx sqrt(x) = 1/(2·sqrt(x)) is infinite at x = 0",
-             "Add an epsilon inside: torch.sqrt(x + 1e-12), or use torch.linalg.vector_norm, whose "
-             "gradient at 0 is defined."),
-    "div": ("d/dy (x/y) = −x/y² is infinite at y = 0", "Guard the denominator: x / (y + eps)."),
-    "pow": ("d/dx x^p = p·x^(p−1) is infinite at 0 for p < 1", "Add an epsilon to the base."),
-    "exp": ("exp overflows to inf for inputs above ~88 in float32",
-            "Subtract the max first (log-sum-exp) or use the stable built-in (log_softmax, "
-            "logsumexp, BCEWithLogitsLoss)."),
-}
-_LOG_SOFTMAX = ("log(softmax(x)) underflows: softmax rounds small probabilities to 0 and log(0) = −inf",
-                "Use torch.log_softmax(x, dim) or pass the logits to F.cross_entropy, which computes "
-                "log-softmax stably.")
 _GENERIC = ("an op produced a non-finite value", "Check this op's inputs for extreme values; lower "
             "the learning rate or clip gradients if the values grew over training.")
 
@@ -89,7 +73,12 @@ def _finding(event: NonFinite, twin: NonFinite | None, then: dict | None = None)
 
 
 def _explain(op) -> tuple[str, str]:
-    if op.op == "log" and str(op.detail.get("input_node", "")).startswith("Softmax"):
-        return _LOG_SOFTMAX
-    name = op.op.rstrip("_")
-    return _TRAPS.get(name, _TRAPS.get("div") if name in ("truediv", "divide") else _GENERIC)
+    """The op's backward trap, from its rule (ops: log, sqrt, div, pow, exp), else the generic text.
+    A log of a softmax is the log-softmax underflow (the log rule's `of_normaliser`)."""
+    rule = ops.rule(op.op.rstrip("_"))
+    if rule is None:
+        return _GENERIC
+    feeding = ops.node_rule(str(op.detail.get("input_node", "")))
+    if rule.extra.get("of_normaliser") and feeding is not None and feeding.activation is not None and feeding.activation.rows:
+        return rule.extra["of_normaliser"]
+    return rule.trap or _GENERIC

@@ -10,26 +10,31 @@ is normal.
 """
 from __future__ import annotations
 
+from leaky import ops
 from leaky.checks import register
 from leaky.checks._util import num, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import ActivationStats, AuditStats
 
-_MAX_DERIVATIVE = {"sigmoid": 0.25, "tanh": 1.0}
-_FORMULA = {"sigmoid": "sigmoid local gradient s(1−s) is at most 0.25",
-            "tanh": "tanh local gradient 1−tanh² is at most 1"}
+
+
+def _smooth_family(name: str):
+    """A sigmoid-like family: its local derivative has a maximum, and flat tails (ops)."""
+    family = ops.family(name)
+    return family if family is not None and family.max_derivative is not None else None
 
 
 @register("LK101", "saturated-activation", "sigmoid/tanh/softmax units sit where the local derivative is ~0")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
     for act in stats.activations:
-        if act.family in _MAX_DERIVATIVE and act.flat_share is not None:
+        family = ops.family(act.family)
+        if _smooth_family(act.family) is not None and act.flat_share is not None:
             severity = severity_above(act.flat_share, config.saturated_warning, config.saturated_error)
             if severity is not None:
                 findings.append(_smooth(act, severity, stats, config))
-        elif (act.family == "softmax" and act.peaked_share is not None
+        elif (family is not None and family.rows and act.peaked_share is not None
               and act.peaked_share >= config.softmax_peaked_share):
             op = stats.op(act.site)
             if op is not None and op.gain is not None and op.gain < config.softmax_blocked_gain:
@@ -38,13 +43,14 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def _smooth(act: ActivationStats, severity: Severity, stats: AuditStats, config: AuditConfig) -> Finding:
-    peak = _MAX_DERIVATIVE[act.family]
+    family = _smooth_family(act.family)
+    peak = family.max_derivative
     median = None if act.median_derivative_share is None else act.median_derivative_share * peak
     op = stats.op(act.site)
     gain = op.gain if op is not None else None
     where = act.module or "the model"
     passes = f", so {where} passes on {num(gain)} of the gradient it receives" if gain is not None else ""
-    message = (f"{_FORMULA[act.family]}; here the median is {num(median)}, and {pct(act.flat_share)} of "
+    message = (f"{family.formula}; here the median is {num(median)}, and {pct(act.flat_share)} of "
                f"{act.units} units × {act.samples} samples sit where it is below "
                f"{num(config.flat_derivative_share * peak)}{passes}.")
     fix = ("Keep pre-activations near 0: initialise the layer that feeds this "

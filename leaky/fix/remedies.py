@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch.nn.functional as F
 
+from leaky import ops
 from leaky.finding import Finding
 from leaky.fix import change as edits
 from leaky.fix import runtime as rt
@@ -114,30 +115,43 @@ def _param(path: str, name: str, context: Context) -> str:
 
 
 # -- dead-zone: a straight-through estimator at the line ---------------------------------
-_CLAMPS = {"clamp", "clip", "clamp_min", "clamp_max", "hardtanh"}
-_STEPS = {"round", "sign", "floor", "ceil", "trunc"}
+def _straight_through(op: str) -> tuple[frozenset[str], bool] | None:
+    """(the spellings replaced at the line, whether it is a clamp) for an op `leaky fix` can
+    pass the gradient straight through (ops: replacement ops.STRAIGHT_THROUGH); not in place."""
+    rule = ops.rule(op)
+    if rule is None or rule.replacement != ops.STRAIGHT_THROUGH or op.endswith("_"):
+        return None
+    clamping = rule.zero is not None and rule.zero.kind in (ops.dead_zones.CLAMP.kind, ops.activations.BOUNDED.kind)
+    if not clamping:
+        return frozenset({op}), False
+    clamps = frozenset(s for r in ops.with_replacement(ops.STRAIGHT_THROUGH) if r.zero is not None
+                       and r.zero.kind in (ops.dead_zones.CLAMP.kind, ops.activations.BOUNDED.kind)
+                       for s in r.spellings if not s.endswith("_"))
+    return clamps, True
 
 
 @remedy("LK106")
 def dead_zone(finding: Finding, context: Context) -> list[Candidate]:
-    if context.module_types.get(finding.module or "") == "Hardtanh":
+    module = ops.module_rule(context.module_types.get(finding.module or ""))
+    if module is not None and module.replacement == ops.STRAIGHT_THROUGH and module.zero is ops.activations.BOUNDED:
         path = finding.module
-        what = "straight-through Hardtanh module (Huber's gradient)"
+        what = f"straight-through {module.module} module (Huber's gradient)"
 
         def through(module):
             return lambda x: x + (F.hardtanh(x, module.min_val, module.max_val) - x).detach()
         return [Candidate(("ste", path), what, [finding], [lambda: rt.ModuleEdit([path], rt.swap_forward_of(through),
                                                                                   what)], [path],
-                          [lambda: edits.snippet(f"# in place of the nn.Hardtanh at {path}, in forward():\n"
+                          [lambda: edits.snippet(f"# in place of the nn.{module.module} at {path}, in forward():\n"
                                                  "x = x + (F.hardtanh(x, lo, hi) - x).detach()")])]
-    if finding.source is None or finding.op not in _CLAMPS | _STEPS:
+    straight = _straight_through(finding.op) if finding.source is not None else None
+    if straight is None:
         return []
     file, line = finding.source.file, finding.source.line
-    ops = _CLAMPS if finding.op in _CLAMPS else {finding.op}
-    what = "straight-through clamp (Huber's gradient)" if finding.op in _CLAMPS else f"straight-through {finding.op}"
+    names, clamp = straight
+    what = "straight-through clamp (Huber's gradient)" if clamp else f"straight-through {finding.op}"
     note = ("the clamped value is kept and the gradient passes it unchanged; for a squared error that is "
             "exactly the gradient of F.smooth_l1_loss, clipped to the clamp's bounds instead of cut to 0"
-            if finding.op in _CLAMPS else "the value is kept; the gradient passes as if the op were the identity")
+            if clamp else "the value is kept; the gradient passes as if the op were the identity")
 
     def rewrite(source, node):
         x = edits.operand(source, node)
@@ -147,13 +161,14 @@ def dead_zone(finding: Finding, context: Context) -> list[Candidate]:
         if x.isidentifier():
             return f"({x} + ({call} - {x}).detach())"
         # NOTE: an expression is computed once, into a name, not repeated (it may run a model).
-        name = "unclamped" if finding.op in _CLAMPS else f"un{finding.op}ed"
+        name = "unclamped" if clamp else f"un{finding.op}ed"
         raw = x[1:-1] if x.startswith("(") and x.endswith(")") else x
         return f"{name} = {raw}", f"({name} + ({call.replace(raw, name, 1)} - {name}).detach())"
 
     return [Candidate(("ste", file, line), what, [finding],
-                      [lambda: rt.OpAtLine(file, line, ops, rt.straight_through, "straight-through")],
-                      [_short(finding.source)], [lambda: edits.rewrite_call(file, line, ops, rewrite)], note=note)]
+                      [lambda: rt.OpAtLine(file, line, set(names), rt.straight_through, ops.STRAIGHT_THROUGH)],
+                      [_short(finding.source)], [lambda: edits.rewrite_call(file, line, set(names), rewrite)],
+                      note=note)]
 
 
 # -- dead units --------------------------------------------------------------------------
@@ -168,37 +183,40 @@ def dead_units(finding: Finding, context: Context) -> list[Candidate]:
         candidates.extend(_lr(0.1, finding, context, "units were killed by updates"))
     if (finding.evidence.get("dead_units", 0) or 0) > died:
         layer = feeding_layer(context.stats, finding)
-        if layer is not None:
-            candidates.append(_reinit(layer, "relu", finding, context))
+        activation = ops.activation(finding.op)
+        if layer is not None and activation is not None:
+            candidates.append(_reinit(layer, activation.family, finding, context))
     return candidates
 
 
 def _leaky_relu(finding: Finding, context: Context) -> Candidate | None:
     what = "LeakyReLU(0.01) in place of ReLU"
+    (relu,) = ops.with_replacement(ops.LEAKY)
     kind = context.module_types.get(finding.module or "")
-    if finding.module and kind in ("ReLU", "ReLU6"):
+    module = ops.module_rule(kind)
+    if finding.module and module is not None and module.extra.get("relu_like"):
         path = finding.module
         site = context.construction.get(path)
 
         def change():
             for where in _lines(finding, site):
-                made = edits.rewrite_call(where[0], where[1], {"ReLU"},
+                made = edits.rewrite_call(where[0], where[1], {relu.module},
                                           lambda source, node: "nn.LeakyReLU(0.01)" if not node.args and not
                                           node.keywords else None)
                 if made is not None:
                     return made
-            return edits.snippet(f"replace nn.ReLU() by nn.LeakyReLU(0.01) for {path}")
+            return edits.snippet(f"replace nn.{relu.module}() by nn.LeakyReLU(0.01) for {path}")
         return Candidate(("leaky-relu",), what, [finding],
                          [lambda: rt.ModuleEdit([path], rt.swap_forward(lambda x: F.leaky_relu(x, 0.01)), what)],
                          [path], [change])
-    if finding.source is None or finding.op != "relu":
+    if finding.source is None or finding.op != relu.name:
         return None
     file, line = finding.source.file, finding.source.line
     return Candidate(("leaky-relu",), what, [finding],
-                     [lambda: rt.OpAtLine(file, line, {"relu", "relu_"}, lambda f, a, k: F.leaky_relu(a[0], 0.01),
+                     [lambda: rt.OpAtLine(file, line, set(relu.spellings), lambda f, a, k: F.leaky_relu(a[0], 0.01),
                                           what)],
                      [_short(finding.source)],
-                     [lambda: edits.rewrite_call(file, line, {"relu"}, lambda source, node:
+                     [lambda: edits.rewrite_call(file, line, {relu.name}, lambda source, node:
                                                  f"torch.nn.functional.leaky_relu({edits.operand(source, node)}, 0.01)")])
 
 
@@ -206,23 +224,21 @@ def feeding_layer(stats: AuditStats, finding: Finding) -> str | None:
     """The module with weights whose output the activation of `finding` reads: the last
     weighted op before it in forward order."""
     weighted = {p.module for p in stats.params if p.name.endswith("weight") and p.module is not None}
-    ops = sorted(stats.ops, key=lambda op: op.first_seq)
-    at = next((i for i, op in enumerate(ops) if op.module == finding.module and op.op == finding.op), None)
+    ordered = sorted(stats.ops, key=lambda op: op.first_seq)
+    at = next((i for i, op in enumerate(ordered) if op.module == finding.module and op.op == finding.op), None)
     if at is None:
         return None
-    return next((op.module for op in reversed(ops[:at]) if op.module in weighted), None)
+    return next((op.module for op in reversed(ordered[:at]) if op.module in weighted), None)
 
 
 # -- initialisation ----------------------------------------------------------------------
-_RELU_LIKE = {"relu", "leaky_relu", "gelu", "silu", "elu", "relu6", "mish"}
-
-
-def _reinit(layer: str, nonlinearity: str, finding: Finding, context: Context) -> Candidate:
-    if nonlinearity in _RELU_LIKE:
-        init, text = rt.kaiming("relu"), "kaiming_normal_(w, nonlinearity='relu')"
+def _reinit(layer: str, family: str | None, finding: Finding, context: Context) -> Candidate:
+    """Re-initialise `layer` for the activation family that follows it (ops.init_for)."""
+    init_of = ops.init_for(family)
+    if init_of.kaiming_gain:
+        init, text = rt.kaiming(init_of.gain), f"kaiming_normal_(w, nonlinearity='{init_of.gain}')"
     else:
-        gain_of = nonlinearity if nonlinearity in ("tanh", "sigmoid") else "linear"
-        init, text = rt.xavier(gain_of), f"xavier_normal_(w, gain=nn.init.calculate_gain('{gain_of}'))"
+        init, text = rt.xavier(init_of.gain), f"xavier_normal_(w, gain=nn.init.calculate_gain('{init_of.gain}'))"
     weight, bias = _param(layer, "weight", context), _param(layer, "bias", context)
     return Candidate(("reinit", layer), f"re-initialise with {text.split('(')[0]}, bias 0", [finding],
                      [lambda: rt.ModuleEdit([layer], rt.reinitialise(init), "re-initialised")], [layer],
@@ -233,7 +249,8 @@ def _reinit(layer: str, nonlinearity: str, finding: Finding, context: Context) -
 @remedy("LK101")
 def saturated(finding: Finding, context: Context) -> list[Candidate]:
     layer = feeding_layer(context.stats, finding)
-    family = finding.op if finding.op in ("sigmoid", "tanh") else "linear"
+    activation = ops.activation(finding.op) if not finding.op.endswith("_") else None
+    family = activation.family if activation is not None and activation.max_derivative is not None else None
     return [_reinit(layer, family, finding, context)] if layer is not None else []
 
 
@@ -241,7 +258,7 @@ def saturated(finding: Finding, context: Context) -> list[Candidate]:
 def bad_initialization(finding: Finding, context: Context) -> list[Candidate]:
     if finding.module is None:
         return []
-    return [_reinit(finding.module, finding.evidence.get("next_nonlinearity") or "linear", finding, context)]
+    return [_reinit(finding.module, finding.evidence.get("next_nonlinearity"), finding, context)]
 
 
 @remedy("LK303")
@@ -327,42 +344,38 @@ def diverging(finding: Finding, context: Context) -> list[Candidate]:
 
 
 # -- wiring ------------------------------------------------------------------------------
-_NORMALISER_OPS = {"SoftmaxBackward": {"softmax", "_softmax"}, "SigmoidBackward": {"sigmoid", "sigmoid_"},
-                   "LogSoftmaxBackward": {"log_softmax", "_log_softmax"}}
-
-
-_NORMALISER_MODULES = {"Softmax": "softmax", "Sigmoid": "sigmoid", "LogSoftmax": "log_softmax"}
-
-
 @remedy("LK301")
 def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
     node = (finding.evidence.get("input_node") or "").rstrip("0123456789")
+    rule = ops.node_rule(node)
     expects = finding.evidence.get("loss_expects")
-    if node not in _NORMALISER_OPS or expects not in ("logits", "log-probabilities"):
+    if rule is None or rule.replacement != ops.IDENTITY or expects not in (ops.LOGITS, ops.LOG_PROBABILITIES):
         return []
     kind = context.module_types.get(finding.module or "")
-    if kind in _NORMALISER_MODULES:
-        return _normaliser_module(finding, context, kind, expects)
+    module = ops.module_rule(kind)
+    if module is not None and module.replacement == ops.IDENTITY:
+        return _normaliser_module(finding, context, kind, module, expects)
     if finding.source is None:
         return []
     file, line = finding.source.file, finding.source.line
-    ops = _NORMALISER_OPS[node]
-    if expects == "logits":
+    names = set(rule.spellings)
+    instead = rule.extra.get("before_log_probabilities")
+    if expects == ops.LOGITS:
         what, replace = f"remove the {node[:-len('Backward')].lower()} before the loss", rt.identity
         rewrite = lambda source, node_: edits.operand(source, node_)   # noqa: E731
-    elif node == "SoftmaxBackward":
-        what = "log_softmax in place of softmax before the loss"
+    elif instead is not None:
+        what = f"{instead} in place of {rule.name} before the loss"
         replace = lambda f, a, k: F.log_softmax(*a, **k)   # noqa: E731
         rewrite = None
     else:
         return []
 
     def change():
-        made = edits.rewrite_call(file, line, ops, rewrite) if rewrite else edits.rewrite_call(
-            file, line, ops, lambda source, node_: ast.get_source_segment(source, node_).replace(
-                "softmax", "log_softmax", 1))
+        made = edits.rewrite_call(file, line, names, rewrite) if rewrite else edits.rewrite_call(
+            file, line, names, lambda source, node_: ast.get_source_segment(source, node_).replace(
+                rule.name, instead, 1))
         return made or edits.snippet(what)
-    return [Candidate(("normaliser", file, line), what, [finding], [lambda: rt.OpAtLine(file, line, ops, replace, what)],
+    return [Candidate(("normaliser", file, line), what, [finding], [lambda: rt.OpAtLine(file, line, names, replace, what)],
                       [_short(finding.source)], [change], changes_loss=True)]
 
 
@@ -371,14 +384,14 @@ def _lines(finding: Finding, site: tuple[str, int] | None) -> list[tuple[str, in
     return lines + ([site] if site is not None else [])
 
 
-def _normaliser_module(finding: Finding, context: Context, kind: str, expects: str) -> list[Candidate]:
+def _normaliser_module(finding: Finding, context: Context, kind: str, rule, expects: str) -> list[Candidate]:
     """An nn.Softmax/nn.Sigmoid module before the loss: change that module's forward."""
     path = finding.module
     site = context.construction.get(path)
-    if expects == "logits":
+    if expects == ops.LOGITS:
         what, make, new = f"remove the {kind} module before the loss", (lambda module: lambda x: x), "nn.Identity()"
-    elif kind == "Softmax":
-        what = "LogSoftmax in place of the Softmax module before the loss"
+    elif rule.extra.get("before_log_probabilities"):
+        what = f"Log{kind} in place of the {kind} module before the loss"
         make = lambda module: lambda x: F.log_softmax(x, dim=module.dim)   # noqa: E731
         new = None
     else:

@@ -393,14 +393,15 @@ def orthogonal(gain: float = 1.0) -> Callable[[torch.Tensor, torch.Generator], N
     return init
 
 
-def kaiming(nonlinearity: str = "relu") -> Callable[[torch.Tensor, torch.Generator], None]:
+def kaiming(nonlinearity: str) -> Callable[[torch.Tensor, torch.Generator], None]:
     def init(tensor: torch.Tensor, generator: torch.Generator) -> None:
         nn.init.kaiming_normal_(tensor, nonlinearity=nonlinearity, generator=generator)
     return init
 
 
-def xavier(nonlinearity: str = "sigmoid") -> Callable[[torch.Tensor, torch.Generator], None]:
-    gain = nn.init.calculate_gain(nonlinearity) if nonlinearity in ("tanh", "sigmoid", "linear") else 1.0
+def xavier(nonlinearity: str) -> Callable[[torch.Tensor, torch.Generator], None]:
+    """Xavier-normal with the gain of the nonlinearity that follows (an nn.init gain name)."""
+    gain = nn.init.calculate_gain(nonlinearity)
 
     def init(tensor: torch.Tensor, generator: torch.Generator) -> None:
         nn.init.xavier_normal_(tensor, gain=gain, generator=generator)

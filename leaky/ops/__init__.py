@@ -12,11 +12,17 @@ are in calls.py. `register(OpRule(...))` adds one; every consumer sees it at onc
 from __future__ import annotations
 
 from leaky.ops import activations, arithmetic, calls, dead_zones, layers, losses, movement  # noqa: F401  (register)
+from leaky.ops.activations import LECUN
+from leaky.ops.arithmetic import SCALED_LOSS_NODE
+from leaky.ops.losses import LOG_PROBABILITIES, LOGITS, PROBABILITIES, VALUES
 from leaky.ops.movement import ACCUMULATE, COMPILED
-from leaky.ops.rule import REGISTRY, Activation, OpRule, Zone, register
+from leaky.ops.rule import (BOUNDS, IDENTITY, LEAKY, LOG_INPUT, REGISTRY, SOFTMAX_DIM, STRAIGHT_THROUGH, Activation,
+                            Init, OpRule, Zone, register)
 
 rule = REGISTRY.rule
 node_rule = REGISTRY.node_rule
+module_rule = REGISTRY.module_rule
+family = REGISTRY.family
 registered = REGISTRY.registered
 unregister = REGISTRY.unregister
 on_change = REGISTRY.on_change
@@ -33,8 +39,10 @@ def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
     return names | calls.vocabulary(), nodes | {ACCUMULATE, COMPILED}
 
 
-__all__ = ["ACCUMULATE", "COMPILED", "Activation", "OpRule", "REGISTRY", "Zone", "calls", "node_name", "node_rule",
-           "on_change", "register", "registered", "rule", "unregister", "vocabulary", "where"]
+__all__ = ["ACCUMULATE", "BOUNDS", "IDENTITY", "LEAKY", "LECUN", "SCALED_LOSS_NODE", "STRAIGHT_THROUGH", "COMPILED", "LOGITS", "LOG_INPUT", "LOG_PROBABILITIES", "PROBABILITIES",
+           "SOFTMAX_DIM", "VALUES", "Activation", "Init", "OpRule", "REGISTRY", "Zone", "calls", "family",
+           "module_rule", "node_name", "node_rule", "on_change", "register", "registered", "rule", "unregister",
+           "vocabulary", "where"]
 
 
 # -- questions the recorder and the checks ask, by op spelling or by node class name ----------
@@ -107,3 +115,14 @@ def rnn_step(node: str) -> bool:
     """The node of nn.RNN's per-time-step nonlinearity (tanh or relu, first overload)."""
     found = node_rule(node)
     return found is not None and found.extra.get("rnn_step", False) and node.endswith("Backward0")
+
+
+def with_replacement(kind: str) -> list[OpRule]:
+    """The rules whose op `leaky fix` replaces the way `kind` says (STRAIGHT_THROUGH, LEAKY, IDENTITY)."""
+    return [r for r in REGISTRY.rules() if r.replacement == kind]
+
+
+def init_for(family_name: str | None) -> Init:
+    """What a layer feeding this activation family wants (lecun: what follows is linear)."""
+    found = family(family_name)
+    return found.init if found is not None and found.init is not None else LECUN

@@ -8,7 +8,7 @@ the initialisation a layer feeding them wants.
 """
 from __future__ import annotations
 
-from leaky.ops.rule import Activation, OpRule, Zone, register
+from leaky.ops.rule import BOUNDS, IDENTITY, LEAKY, SOFTMAX_DIM, STRAIGHT_THROUGH, Activation, Init, OpRule, Zone, register
 
 
 def _sigmoid_share(s):
@@ -28,12 +28,20 @@ def hardtanh_bounds(args: tuple, kwargs: dict) -> tuple[float, float]:
     return float(low), float(high)
 
 
-RELU = Activation("relu", can_die=True, nonnegative=True, init="relu")
-THRESHOLD = Activation("relu", can_die=True, init="relu")      # threshold(x, t, value): value may be < 0
-SIGMOID = Activation("sigmoid", _sigmoid_share, max_derivative=0.25, init="sigmoid")
-TANH = Activation("tanh", _tanh_share, max_derivative=1.0, init="tanh")
-HARDTANH = Activation("hardtanh", init="tanh")
-SOFTMAX = Activation("softmax", init="linear")
+KAIMING_RELU = Init("kaiming", "relu", kaiming_gain=True)   # sqrt(2 / fan_in): ReLU halves the variance
+XAVIER_SIGMOID = Init("xavier", "sigmoid")
+XAVIER_TANH = Init("xavier", "tanh")
+XAVIER = Init("xavier", "linear")                            # a bounded or normalising output
+LECUN = Init("lecun", "linear")                              # what follows is linear: sqrt(1 / fan_in)
+
+RELU = Activation("relu", can_die=True, nonnegative=True, init=KAIMING_RELU)
+THRESHOLD = Activation("relu", can_die=True, init=KAIMING_RELU)      # threshold(x, t, value): value may be < 0
+SIGMOID = Activation("sigmoid", _sigmoid_share, max_derivative=0.25,
+                     formula="sigmoid local gradient s(1−s) is at most 0.25", init=XAVIER_SIGMOID)
+TANH = Activation("tanh", _tanh_share, max_derivative=1.0, formula="tanh local gradient 1−tanh² is at most 1",
+                  init=XAVIER_TANH)
+HARDTANH = Activation("hardtanh", init=XAVIER, bounded=True)
+SOFTMAX = Activation("softmax", init=XAVIER, rows=True)
 
 BOUNDED = Zone(
     "bounded", "d/dx hardtanh(x, lo, hi) = 1 strictly inside (lo, hi) and 0 outside",
@@ -45,26 +53,29 @@ SOFTMAX_OF_ONE = Zone(
     "the class dimension (dim=-1 of a [batch, classes] tensor).")
 
 register(OpRule("relu", ("relu_",), ("ReluBackward",), "d/dx relu(x) = 1 if x > 0 else 0", activation=RELU,
-                counts_zeros=True, keeps_finite=True, clips=True, replacement="leaky_relu",
+                counts_zeros=True, keeps_finite=True, clips=True, replacement=LEAKY, module="ReLU",
                 extra={"relu_like": True, "rnn_step": True}))
 register(OpRule("threshold", ("threshold_",), ("ThresholdBackward",), "d/dx threshold(x, t, v) = 1 if x > t else 0",
                 activation=THRESHOLD, counts_zeros=True, clips=True))
 register(OpRule("sigmoid", ("sigmoid_",), ("SigmoidBackward",), "sigmoid local gradient s(1−s) is at most 0.25",
-                activation=SIGMOID, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True))
+                activation=SIGMOID, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True,
+                replacement=IDENTITY, module="Sigmoid"))
 register(OpRule("tanh", ("tanh_",), ("TanhBackward",), "tanh local gradient 1−tanh² is at most 1",
                 activation=TANH, counts_zeros=True, keeps_finite=True, output_range=(-1.0, 1.0),
-                extra={"rnn_step": True}))
+                module="Tanh", extra={"rnn_step": True}))
 register(OpRule("hardtanh", ("hardtanh_",), ("HardtanhBackward",), BOUNDED.derivative, zero=BOUNDED,
                 activation=HARDTANH, counts_zeros=True, keeps_finite=True, output_range=(-1.0, 1.0),
-                bounds=hardtanh_bounds, replacement="straight-through", detail="bounds"))
+                bounds=hardtanh_bounds, replacement=STRAIGHT_THROUGH, detail=BOUNDS, module="Hardtanh"))
 register(OpRule("relu6", (), (), BOUNDED.derivative, zero=BOUNDED, activation=HARDTANH, keeps_finite=True,
-                bounds=lambda args, kwargs: (0.0, 6.0), replacement="straight-through", detail="bounds",
+                bounds=lambda args, kwargs: (0.0, 6.0), detail=BOUNDS, module="ReLU6",
                 extra={"relu_like": True}))
 register(OpRule("softmax", ("_softmax",), ("SoftmaxBackward",), "its Jacobian is diag(s) − ssᵀ", zero=SOFTMAX_OF_ONE,
                 activation=SOFTMAX, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True,
-                detail="softmax"))
+                detail=SOFTMAX_DIM, replacement=IDENTITY, module="Softmax",
+                extra={"before_log_probabilities": "log_softmax"}))
 register(OpRule("log_softmax", ("_log_softmax",), ("LogSoftmaxBackward",), "its Jacobian is I − 1sᵀ",
-                zero=SOFTMAX_OF_ONE, counts_zeros=True, keeps_finite=True, detail="softmax"))
+                zero=SOFTMAX_OF_ONE, counts_zeros=True, keeps_finite=True, detail=SOFTMAX_DIM, replacement=IDENTITY,
+                module="LogSoftmax"))
 register(OpRule("softsign", (), ("SoftsignBackward",), keeps_finite=True))
 for _name, _nodes in (("leaky_relu", ("LeakyReluBackward",)), ("elu", ("EluBackward",)),
                       ("gelu", ("GeluBackward",)), ("silu", ("SiluBackward",)), ("mish", ("MishBackward",))):

@@ -9,14 +9,19 @@ derivative is infinite while the value is finite (LK107's backward traps).
 """
 from __future__ import annotations
 
-from leaky.ops.rule import OpRule, register
+from leaky.ops.rule import LOG_INPUT, OpRule, register
 
+# GradScaler.scale(loss) is loss * scale: the node backward() then starts from
+SCALED_LOSS_NODE = "MulBackward0"
 # NOTE: "Mul" as torch's own node prefix: MulBackward0/1 (and the multi-margin losses' nodes).
 register(OpRule("mul", (), ("Mul",), "d/dx (x * m) = m", counts_zeros=True))
 register(OpRule("abs", (), ("AbsBackward",), "d/dx |x| = sign(x), 0 at x = 0", counts_zeros=True))
 register(OpRule("maximum", (), ("MaximumBackward",), counts_zeros=True))
 register(OpRule("minimum", (), ("MinimumBackward",), counts_zeros=True))
-register(OpRule("log", (), ("LogBackward",), "d/dx log(x) = 1/x", detail="log", trap=(
+register(OpRule("log", (), ("LogBackward",), "d/dx log(x) = 1/x", detail=LOG_INPUT, extra={"of_normaliser": (
+    "log(softmax(x)) underflows: softmax rounds small probabilities to 0 and log(0) = −inf",
+    "Use torch.log_softmax(x, dim) or pass the logits to F.cross_entropy, which computes "
+    "log-softmax stably.")}, trap=(
     "d/dx log(x) = 1/x is infinite at x = 0 (and log is NaN for x < 0); masking the output "
     "with where() does not mask the backward, since 0 · inf = NaN",
     "Mask the input, not the output: torch.log(torch.where(x > 0, x, torch.ones_like(x))), or "
@@ -25,7 +30,7 @@ register(OpRule("sqrt", (), ("SqrtBackward",), "d/dx sqrt(x) = 1/(2·sqrt(x))", 
     "d/dx sqrt(x) = 1/(2·sqrt(x)) is infinite at x = 0",
     "Add an epsilon inside: torch.sqrt(x + 1e-12), or use torch.linalg.vector_norm, whose "
     "gradient at 0 is defined.")))
-register(OpRule("div", (), ("DivBackward",), "d/dy (x/y) = −x/y²", trap=(
+register(OpRule("div", ("truediv", "divide"), ("DivBackward",), "d/dy (x/y) = −x/y²", trap=(
     "d/dy (x/y) = −x/y² is infinite at y = 0", "Guard the denominator: x / (y + eps).")))
 register(OpRule("pow", (), ("PowBackward",), "d/dx x^p = p·x^(p−1)", trap=(
     "d/dx x^p = p·x^(p−1) is infinite at 0 for p < 1", "Add an epsilon to the base.")))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leaky.ops.rule import OpRule, Zone, register
+from leaky.ops.rule import BOUNDS, STRAIGHT_THROUGH, OpRule, Zone, register
 
 CLAMP = Zone(
     "clamp", "d/dx clamp(x, lo, hi) = 1 inside [lo, hi] and 0 outside",
@@ -50,16 +50,16 @@ def clamp_max_bounds(args: tuple, kwargs: dict) -> tuple:
 
 
 register(OpRule("clamp", ("clamp_", "clip", "clip_"), ("ClampBackward",), CLAMP.derivative, zero=CLAMP,
-                counts_zeros=True, keeps_finite=True, bounds=clamp_bounds, replacement="straight-through",
-                detail="bounds"))
+                counts_zeros=True, keeps_finite=True, bounds=clamp_bounds, replacement=STRAIGHT_THROUGH,
+                detail=BOUNDS))
 register(OpRule("clamp_min", ("clamp_min_",), ("ClampMinBackward",), CLAMP.derivative, zero=CLAMP, counts_zeros=True,
-                keeps_finite=True, bounds=clamp_bounds, replacement="straight-through", detail="bounds"))
+                keeps_finite=True, bounds=clamp_bounds, replacement=STRAIGHT_THROUGH, detail=BOUNDS))
 register(OpRule("clamp_max", ("clamp_max_",), ("ClampMaxBackward",), CLAMP.derivative, zero=CLAMP, counts_zeros=True,
-                keeps_finite=True, bounds=clamp_max_bounds, replacement="straight-through", detail="bounds"))
+                keeps_finite=True, bounds=clamp_max_bounds, replacement=STRAIGHT_THROUGH, detail=BOUNDS))
 for _name, _node in (("round", "RoundBackward"), ("floor", "FloorBackward"), ("ceil", "CeilBackward"),
                      ("trunc", "TruncBackward"), ("sign", "SignBackward")):
     register(OpRule(_name, (f"{_name}_",), (_node,), STEP.derivative, zero=STEP, counts_zeros=True,
-                    replacement="straight-through"))
+                    replacement=STRAIGHT_THROUGH))
 register(OpRule("sgn", ("sgn_",), ("SgnBackward",), STEP.derivative, zero=STEP, counts_zeros=True))
 register(OpRule("where", (), ("WhereBackward",), SELECT.derivative, zero=SELECT, counts_zeros=True, selects=True))
 register(OpRule("masked_fill", ("masked_fill_",), ("MaskedFillBackward",), SELECT.derivative, zero=SELECT,

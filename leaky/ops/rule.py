@@ -13,6 +13,7 @@ judges them, and LK106's message quotes the rule's derivative.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -27,16 +28,44 @@ class Zone:
 
 
 @dataclass(frozen=True)
+class Init:
+    """The initialisation a layer feeding a nonlinearity wants (LK302, LK101, leaky fix)."""
+
+    fan: str            # "kaiming": std sqrt(2 / fan_in); "xavier": sqrt(2 / (fan_in + fan_out)); "lecun": sqrt(1 / fan_in)
+    gain: str           # nn.init.calculate_gain's name for it, used by leaky fix's re-initialisation
+    kaiming_gain: bool = False   # leaky fix re-initialises with kaiming_normal_(nonlinearity=gain)
+
+    def std(self, fan_in: int, fan_out: int) -> float:
+        if self.fan == "kaiming":
+            return math.sqrt(2.0 / fan_in)
+        if self.fan == "xavier":
+            return math.sqrt(2.0 / (fan_in + fan_out))
+        return math.sqrt(1.0 / fan_in)
+
+    @property
+    def text(self) -> str:
+        """How to write it, for a finding's fix."""
+        if self.fan == "kaiming":
+            return f"nn.init.kaiming_normal_(layer.weight, nonlinearity='{self.gain}')"
+        if self.fan == "xavier":
+            return "nn.init.xavier_normal_(layer.weight)"
+        return "nn.init.kaiming_normal_(layer.weight, nonlinearity='linear')"
+
+
+@dataclass(frozen=True)
 class Activation:
     """How per-unit statistics read a nonlinearity's output (record/activations.py)."""
 
-    family: str                                   # "relu" | "sigmoid" | "tanh" | "hardtanh" | "softmax"
+    family: str                                   # its family's name, as ActivationStats reports it
     # the local derivative as a share of its maximum, computed from the OUTPUT
     derivative_share: Callable[[Any], Any] | None = None
     can_die: bool = False                         # ReLU family: a unit can be silent for good
     nonnegative: bool = False                     # outputs are never below 0 (relu, not threshold)
     max_derivative: float | None = None           # the derivative's maximum (sigmoid 1/4, tanh 1)
-    init: str = "linear"                          # nn.init gain name of a layer feeding it
+    formula: str | None = None                    # its local derivative and that maximum, in words
+    init: Init | None = None                      # what a layer feeding it wants (None: lecun, gain linear)
+    rows: bool = False                            # a softmax: judged per row (peaked rows), not per unit
+    bounded: bool = False                         # flat outside [lo, hi] read from the call (hardtanh)
 
 
 @dataclass(frozen=True)
@@ -49,7 +78,7 @@ class OpRule:
     counts_zeros: bool = False                    # its backward can zero elements: count them (cheap gate)
     bounds: Callable[[tuple, dict], tuple] | None = None   # (low, high) read from the call
     activation: Activation | None = None          # per-unit statistics of its output
-    replacement: str | None = None                # "straight-through" | "leaky_relu" | "identity": leaky fix
+    replacement: str | None = None                # STRAIGHT_THROUGH | LEAKY | IDENTITY: how leaky fix replaces it
     moves_values: bool = False                    # backward only moves the arriving values (views, slices)
     passes_gradient: bool = False                 # a chain of these ending in AccumulateGrad carries a weight's grad
     keeps_finite: bool = False                    # its output is finite whenever every input is
@@ -66,7 +95,8 @@ class OpRule:
     init_write: bool = False                      # an in-place write used to initialise a parameter
     passthrough_call: bool = False                # reads metadata only: pass straight through the mode
     feeds_units: bool = False                     # a node whose output is a conv/norm feature map (units by channel)
-    detail: str | None = None                     # what of the call to keep: "softmax" | "log" | "bounds"
+    detail: str | None = None                     # what of the call to keep: SOFTMAX_DIM | LOG_INPUT | BOUNDS
+    module: str | None = None                     # the nn.Module class that applies it (nn.Softmax: softmax)
     extra: dict = field(default_factory=dict)     # anything a single consumer needs (documented there)
 
     @property
@@ -74,11 +104,24 @@ class OpRule:
         return (self.name, *self.aliases)
 
 
+# how `leaky fix` replaces an op (OpRule.replacement)
+STRAIGHT_THROUGH = "straight-through"   # forward the op, backward the identity: x + (op(x) - x).detach()
+LEAKY = "leaky-relu"                    # a ReLU swapped for LeakyReLU(0.01)
+IDENTITY = "identity"                   # removed: a softmax or sigmoid before a loss that applies its own
+
+# what `OpRule.detail` asks the recorder to keep of a call
+SOFTMAX_DIM = "dim"         # the dim a softmax normalises over, and its size
+LOG_INPUT = "input_node"    # the node that made a log's input
+BOUNDS = "bounds"           # a clamp's or hardtanh's (low, high)
+
+
 class Registry:
     """Rules by spelling and by node class, with caches that a new rule clears."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, OpRule] = {}
+        self._by_module: dict[str, OpRule] = {}
+        self._families: dict[str, Activation] = {}
         self._rules: list[OpRule] = []
         self._node_cache: dict[str, OpRule | None] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -90,6 +133,10 @@ class Registry:
                 raise ValueError(f"op {spelling!r} already has a rule ({self._by_name[spelling].name})")
         for spelling in rule.spellings:
             self._by_name[spelling] = rule
+        if rule.module is not None:
+            self._by_module[rule.module] = rule
+        if rule.activation is not None:
+            self._families.setdefault(rule.activation.family, rule.activation)
         self._rules.append(rule)
         self._changed()
         return rule
@@ -99,6 +146,8 @@ class Registry:
             if self._by_name.get(spelling) is rule:
                 del self._by_name[spelling]
         self._rules = [r for r in self._rules if r is not rule]
+        if rule.module is not None and self._by_module.get(rule.module) is rule:
+            del self._by_module[rule.module]
         self._changed()
 
     @contextlib.contextmanager
@@ -124,6 +173,14 @@ class Registry:
         """The rule of an op by any of its spellings."""
         return self._by_name.get(op) if op else None
 
+    def module_rule(self, module_type: str | None) -> OpRule | None:
+        """The rule of the op an nn.Module class applies (by its class name, e.g. "Softmax")."""
+        return self._by_module.get(module_type) if module_type else None
+
+    def family(self, name: str | None) -> Activation | None:
+        """An activation family by the name ActivationStats reports (its first registered rule's)."""
+        return self._families.get(name) if name else None
+
     def node_rule(self, node: str | None) -> OpRule | None:
         """The rule of an autograd node class (by its name, e.g. "ClampBackward1")."""
         if not node:
@@ -148,7 +205,8 @@ class Registry:
 
     def vocabulary(self) -> tuple[frozenset[str], frozenset[str]]:
         """(op spellings, node class prefixes): the words only leaky/ops may spell out."""
-        return frozenset(self._by_name), frozenset(p for rule in self._rules for p in rule.nodes)
+        nodes = frozenset(p for rule in self._rules for p in rule.nodes) | frozenset(self._by_module)
+        return frozenset(self._by_name), nodes
 
 
 REGISTRY = Registry()

@@ -59,7 +59,7 @@ class UnitStats:
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
         x = out.detach()
-        if self.activation.family == "softmax":
+        if self.activation.rows:
             if count:
                 self._update_softmax(x)
             return
@@ -88,7 +88,7 @@ class UnitStats:
     def _flat_margin(self, x: Tensor) -> Tensor | None:
         """A tensor that is positive exactly where a unit-sample sits in a flat region."""
         family = self.activation.family
-        if family == "hardtanh":
+        if self.activation.bounded:
             low, high = self.detail["low"], self.detail["high"]
             if low == 0.0:  # relu6: the lower bound is ReLU sparsity, counted as inactivity
                 return (x >= high).to(x.dtype)

@@ -347,15 +347,15 @@ class Recorder(StepTracking):
         """What of the call a check needs later: a softmax's dim, a clamp's bounds, what fed a log."""
         rule = ops.rule(op)
         kind = None if rule is None else rule.detail
-        if kind == "softmax" and args and isinstance(args[0], Tensor):
+        if kind == ops.SOFTMAX_DIM and args and isinstance(args[0], Tensor):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             x = args[0]
             if dim is None:
                 dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
             return {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
-        if kind == "log" and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
+        if kind == ops.LOG_INPUT and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
             return {"input_node": type(args[0].grad_fn).__name__}
-        if kind == "bounds":
+        if kind == ops.BOUNDS:
             low, high = rule.bounds(args, kwargs)
             return {"low": low, "high": high}
         return None
@@ -393,7 +393,7 @@ class Recorder(StepTracking):
     def note_cut(self, kind: str, args: tuple) -> None:
         if not args or not isinstance(args[0], Tensor) or not args[0].requires_grad:
             return
-        if not torch.is_grad_enabled() and kind == "detach":
+        if not torch.is_grad_enabled() and kind == ops.calls.DETACH:
             return
         self._add_cut(kind, self._producer_modules(args[0]))
 
@@ -404,7 +404,7 @@ class Recorder(StepTracking):
         if op in ops.calls.INIT_WRITES and self.modules.current is None and args and isinstance(args[0], nn.Parameter):
             self.note_init(args)
             return
-        self._add_cut("no_grad", (self.modules.current,))
+        self._add_cut(ops.calls.NO_GRAD, (self.modules.current,))
 
     def note_init(self, args: tuple) -> None:
         """An in-place write to a parameter outside any forward: its initialisation."""
@@ -416,12 +416,12 @@ class Recorder(StepTracking):
         argmax, a cast to an integer dtype): the path to the loss is cut there."""
         inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
         if inputs:
-            self._add_cut(f"nondiff:{op}", self._producer_modules(inputs[0]))
+            self._add_cut(f"{ops.calls.NONDIFF}:{op}", self._producer_modules(inputs[0]))
 
     def note_leaf_loss(self, tensor: Tensor) -> None:
         """backward() on a tensor that is a leaf: nothing before it can get a gradient
         (typically `loss.requires_grad = True` after the graph was cut)."""
-        self._add_cut("leaf_loss", ())
+        self._add_cut(ops.calls.LEAF, ())
 
     def _producer_modules(self, tensor: Tensor, depth: int = 8) -> tuple[int | None, ...]:
         """The modules whose ops produced this tensor, nearest first, through its ancestry."""

@@ -12,6 +12,7 @@ import warnings
 import torch
 from torch import Tensor
 
+from leaky import ops
 from leaky.record import distributed
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
@@ -48,7 +49,7 @@ class StepTracking:
 
     def _unscaled(self, loss: Tensor) -> Tensor:
         """The loss itself when backward() is called on scaler.scale(loss) = loss * S."""
-        if type(loss.grad_fn).__name__ != "MulBackward0":
+        if type(loss.grad_fn).__name__ != ops.SCALED_LOSS_NODE:
             return loss
         if self._scaler is None:
             self._scaler = _live_grad_scaler() or False
