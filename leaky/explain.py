@@ -1,17 +1,69 @@
-"""`leaky explain`: each check's page, kept in the package as Markdown."""
+"""`leaky explain`: each check's page, kept in the package as Markdown.
+
+A check that judges ops by their rules (leaky/ops) ends its page with the ops it knows
+today, written from those rules: the page and the check's messages draw on one text, and
+an op rule registered later appears on the page with no page edited.
+"""
 from __future__ import annotations
 
 from importlib import resources
+from typing import Callable
 
 from rich.markdown import Markdown
 from rich.table import Table
 
+from leaky import ops
 from leaky.checks import CHECKS, lookup
+
+
+def _grouped(pairs) -> list[str]:
+    """One line per text, naming every op that shares it."""
+    by_text: dict[str, list[str]] = {}
+    for name, text in pairs:
+        by_text.setdefault(text, []).append(f"`{name}`")
+    return [f"- {', '.join(names)}: {text}" for text, names in by_text.items()]
+
+
+def _dead_zones() -> list[str]:
+    return _grouped((r.name, r.zero.derivative) for r in ops.REGISTRY.rules() if r.zero is not None)
+
+
+def _flat_activations() -> list[str]:
+    families = {r.activation.family: r.activation for r in ops.REGISTRY.rules()
+                if r.activation is not None and r.activation.formula}
+    return [f"- `{name}`: {family.formula}" for name, family in families.items()]
+
+
+def _traps() -> list[str]:
+    return _grouped((r.name, r.trap[0]) for r in ops.REGISTRY.rules() if r.trap is not None)
+
+
+def _losses() -> list[str]:
+    return _grouped((r.name, f"expects {r.loss}") for r in ops.REGISTRY.rules() if r.loss is not None)
+
+
+def _cuts() -> list[str]:
+    return [f"- {kind.what}: {kind.fix}" for kind in ops.calls.CUT_KINDS.values()]
+
+
+# check code -> (heading, the lines it lists from the op registry)
+OPS_SECTIONS: dict[str, tuple[str, Callable[[], list[str]]]] = {
+    "LK101": ("Activations it judges (from leaky's op rules)", _flat_activations),
+    "LK106": ("Ops it judges (from leaky's op rules)", _dead_zones),
+    "LK107": ("Backward traps it names (from leaky's op rules)", _traps),
+    "LK108": ("Cuts it names (from leaky's op rules)", _cuts),
+    "LK301": ("Losses it knows (from leaky's op rules)", _losses),
+}
 
 
 def page_text(key: str) -> str:
     check = lookup(key)
-    return resources.files("leaky").joinpath("pages", f"{check.code}-{check.name}.md").read_text("utf-8")
+    text = resources.files("leaky").joinpath("pages", f"{check.code}-{check.name}.md").read_text("utf-8")
+    section = OPS_SECTIONS.get(check.code)
+    if section is not None:
+        heading, lines = section
+        text = text.rstrip() + f"\n\n## {heading}\n\n" + "\n".join(lines()) + "\n"
+    return text
 
 
 def page(key: str) -> Markdown:
