@@ -19,6 +19,12 @@ class AuditConfig:
     # LK101: share of a layer's unit-samples in the flat region.
     saturated_warning: float = 0.5
     saturated_error: float = 0.9
+    # LK101: a unit is "stuck" when it sits in the flat region on at least this share of its
+    # samples (reported as evidence: a stuck unit passes ~no gradient on any input).
+    stuck_unit_share: float = 0.99
+    # LK101: a softmax row is "peaked" when its largest probability is above this: its
+    # Jacobian diag(p) - pp^T is then ~0 on that row (counted by the recorder, per row).
+    peaked_row_probability: float = 0.99
     # LK101: a softmax is reported, as info only, when at least this share of its rows put
     # > 0.99 on one entry and its own backward gain (||grad out|| / ||grad in||) is below
     # softmax_blocked_gain, which shows the gradient is actually blocked: peaked attention is
@@ -75,6 +81,9 @@ class AuditConfig:
     update_high_warning: float = 0.2
     update_high_error: float = 1.0
     update_low: float = 1e-7
+    # LK202: steps after a weight was exactly 0 whose update ratio is not judged: it gets its
+    # scale from the first updates (with momentum the second can exceed the first weight).
+    zero_weight_warmup: int = 5
     # LK202: a weight is judged on at least this many sampled update ratios. The update
     # outgrowing the weight (> update_high_error) on this many steps is an error, even when
     # the median is in the band: a blow-up is often over in a few steps, which a median hides.

@@ -38,7 +38,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
               and act.peaked_share >= config.softmax_peaked_share):
             op = stats.op(act.site)
             if op is not None and op.gain is not None and op.gain < config.softmax_blocked_gain:
-                findings.append(_softmax(act, op.gain))
+                findings.append(_softmax(act, op.gain, config))
     return findings
 
 
@@ -63,8 +63,9 @@ def _smooth(act: ActivationStats, severity: Severity, stats: AuditStats, config:
                    act.source, None, evidence)
 
 
-def _softmax(act: ActivationStats, gain: float) -> Finding:
-    message = (f"{pct(act.peaked_share)} of softmax rows put > 0.99 on one entry; its Jacobian "
+def _softmax(act: ActivationStats, gain: float, config: AuditConfig) -> Finding:
+    message = (f"{pct(act.peaked_share)} of softmax rows put > {config.peaked_row_probability:g} on one entry; "
+               "its Jacobian "
                f"diag(s) − ssᵀ is then ~0 and the backward gain here is {num(gain)}.")
     fix = "Scale the logits down (a temperature, or 1/sqrt(d) in attention) or normalise what feeds them."
     return Finding("saturated-activation", "LK101", Severity.INFO, message, fix, act.module, act.op,

@@ -23,8 +23,8 @@ from leaky.derive.ranks import RankMerge
 class StatsBuilder(StepFolder, RankMerge):
     """The running sums of one audit, and what they need to name sites and modules."""
 
-    def __init__(self, sites, modules) -> None:
-        StepFolder.__init__(self)
+    def __init__(self, sites, modules, config) -> None:
+        StepFolder.__init__(self, config)
         RankMerge.__init__(self)
         self.sites = sites
         self.modules = modules

@@ -18,7 +18,6 @@ from leaky.stats import SeriesRow
 
 SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
 UPDATE_LIMIT = 256       # sampled update ratios kept per parameter
-ZERO_WARMUP = 5          # steps after a weight was exactly 0 whose update ratio is not judged
 
 
 @dataclass
@@ -91,7 +90,8 @@ def _norm(values: np.ndarray) -> float:
 class StepFolder:
     """Folds each sampled step's HostStep (and the every-step series) into running sums."""
 
-    def __init__(self) -> None:
+    def __init__(self, config) -> None:
+        self.config = config
         self.steps = 0
         self.acc: dict[int, SiteSums] = defaultdict(SiteSums)
         self.series: deque[SeriesRow] = deque(maxlen=SERIES_LIMIT)   # every step, sampled or not
@@ -186,7 +186,8 @@ class StepFolder:
             # NOTE: a weight that started at exactly 0 gets its scale from the first updates
             # (with momentum the second update can exceed the first weight): its ratio means
             # nothing for the few steps after.
-            young = step - self.zero_weight_step.get(pid, -ZERO_WARMUP) < ZERO_WARMUP
+            warmup = self.config.zero_weight_warmup
+            young = step - self.zero_weight_step.get(pid, -warmup) < warmup
             ratio = float(update / weight) if weight > 0 and not young else None
             grad = self.param_last_norm.get(pid) if pid in graded else None
             self.updates[pid].append((step, ratio, pid in graded, float(update), grad))

@@ -133,7 +133,7 @@ class Assembly:
         flat_share = stuck = None
         if host["flat"] is not None and units.counted:
             flat_share = float(host["flat"].sum() / (units.counted * units.units))
-            stuck = float(np.mean(host["flat"] >= 0.99 * units.counted))
+            stuck = float(np.mean(host["flat"] >= config.stuck_unit_share * units.counted))
         peaked = host["peaked_rows"] / units.rows if units.rows else None
         return ActivationStats(site, op.op, units.activation.family, op.module, op.source, units.units,
                                units.samples, dead, died, window, flat_share, stuck,

@@ -54,7 +54,7 @@ class UnitStats:
     flat: Tensor | None = None            # [units] samples in a flat region
     hist: Tensor | None = None            # [HIST_BINS] log10 local-derivative share histogram
     rows: int = 0                         # softmax rows seen
-    peaked_rows: Tensor | None = None     # softmax rows whose max probability > 0.99
+    peaked_rows: Tensor | None = None     # softmax rows whose max probability > detail["peaked_row"]
 
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
@@ -87,7 +87,6 @@ class UnitStats:
 
     def _flat_margin(self, x: Tensor) -> Tensor | None:
         """A tensor that is positive exactly where a unit-sample sits in a flat region."""
-        family = self.activation.family
         if self.activation.bounded:
             low, high = self.detail["low"], self.detail["high"]
             if low == 0.0:  # relu6: the lower bound is ReLU sparsity, counted as inactivity
@@ -104,7 +103,7 @@ class UnitStats:
 
     def _update_softmax(self, x: Tensor) -> None:
         dim = self.detail.get("dim", -1)
-        peak = (x.amax(dim=dim) > 0.99).sum()
+        peak = (x.amax(dim=dim) > self.detail["peaked_row"]).sum()
         self.rows += x.numel() // max(x.shape[dim] if x.ndim else 1, 1)   # a 0-d softmax: one row
         self.peaked_rows = peak if self.peaked_rows is None else self.peaked_rows + peak
 

@@ -17,7 +17,7 @@ from torch import Tensor
 from leaky import ops
 from leaky.record import distributed
 from leaky.record.compiled import outside_graphs
-from leaky.record.step_record import HostStep, NodeRecord, StepBuffer  # noqa: F401  (re-exported)
+from leaky.record.step_record import NodeRecord, StepBuffer
 
 
 def leads_to_param(node, depth: int = 3) -> bool:

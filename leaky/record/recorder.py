@@ -22,7 +22,8 @@ from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, unit_dim
 from leaky.record.forward import ForwardProbes
 from leaky.record.functions import FunctionWatch
-from leaky.record.gradients import GradientRecorder, StepBuffer, leads_to_param
+from leaky.record.gradients import GradientRecorder, leads_to_param
+from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
@@ -56,7 +57,7 @@ class Recorder(StepTracking):
     def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
                  on_series: Callable[[list], None] | None = None) -> None:
-        """`make_sink(sites, modules)`: what each sampled step's record goes to (add_step,
+        """`make_sink(sites, modules, config)`: what each sampled step's record goes to (add_step,
         add_series, merge_ranks; its `steps` counts the sampled steps it received)."""
         self.config = config
         self.on_limit = on_limit
@@ -81,7 +82,7 @@ class Recorder(StepTracking):
         self.error: str | None = None       # leaky's own failure, if one happened
         self.unauditable: str | None = None  # why the run has nothing to measure, if so
         self.params = ParamTable(self.modules)
-        self.builder = make_sink(self.sites, self.modules)
+        self.builder = make_sink(self.sites, self.modules, config)
         self.clean_sites: set[int] = set()   # sites whose output was checked on a clean step (see _check_finite)
         self._bad_seen = False               # a NaN/Inf appeared in a forward output or the loss
         self.units: dict[int, UnitStats] = {}
@@ -367,6 +368,7 @@ class Recorder(StepTracking):
             dim = unit_dim(out, type(producer).__name__ if producer is not None else None)
             extra = dict(detail or {})
             extra["flat_share"] = self.config.flat_derivative_share
+            extra["peaked_row"] = self.config.peaked_row_probability
             stats = self.units[site] = UnitStats(activation, out.shape[dim] if out.ndim else 1, dim, extra)
         if out.ndim and out.shape[stats.unit_dim] != stats.units:
             return  # a differently shaped call at the same line: keep the first shape
