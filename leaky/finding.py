@@ -30,6 +30,29 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """The line a person has to change when it is not where the leak shows: where the
+    learning rate was set, the weights initialised, the inputs built or the path cut.
+    `what` says what stands there, in the user's numbers ("the learning rate 0.5 set here")."""
+
+    file: str
+    line: int
+    what: str
+
+    @classmethod
+    def at(cls, source: Source | None, what: str) -> Cause | None:
+        """A cause at a known source line; None when the line is not known."""
+        return None if source is None else cls(source.file, source.line, what)
+
+    @property
+    def source(self) -> Source:
+        return Source(self.file, self.line)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "what": self.what}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One leak, where it is, the numbers that show it, and what to do about it."""
 
@@ -43,6 +66,7 @@ class Finding:
     source: Source | None = None
     step: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    cause: Cause | None = None   # the line to change, where it differs from `source`
 
     @property
     def where(self) -> str:
@@ -58,7 +82,7 @@ class Finding:
         return text or "<model>"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "code": self.code,
             "severity": self.severity.value,
@@ -70,3 +94,6 @@ class Finding:
             "evidence": self.evidence,
             "fix": self.fix,
         }
+        if self.cause is not None:       # optional key (leaky/report-v1): absent when unknown
+            out["cause"] = self.cause.to_dict()
+        return out
