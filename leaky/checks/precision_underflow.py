@@ -5,9 +5,10 @@ values are subnormal (fewer bits) down to 2**-24 = 6e-8, and below that they are
 Gradients of a mean-reduced loss are often 1e-6..1e-9 per element, so without loss
 scaling most of them lose their precision or vanish. A GradScaler multiplies the loss by
 S (e.g. 65536) before backward and divides the gradients by S before the step, moving
-them into the normal range. bfloat16 keeps float32's exponent range, so it rarely
-underflows. leaky measures, at ops whose float32 gradient would be dense (not a ReLU,
-clamp or mask), the share of float16/bfloat16 gradient elements that are exactly 0 or
+them into the normal range. bfloat16 keeps float32's exponent range: a bfloat16 gradient
+underflows only where the float32 one would, so it is not counted. leaky measures, at ops
+whose float32 gradient would be dense (not a ReLU, clamp or mask, and not fed by one: those
+zeros are on purpose), the share of float16 gradient elements that are exactly 0 or
 subnormal. The finding points at the line that chose the precision: the float16 autocast
 region, or the cast of the model's parameters (`model.half()`, `.to(torch.float16)`).
 """

@@ -83,6 +83,17 @@ def counts_zeros(node: str) -> bool:
     return found is not None and found.counts_zeros
 
 
+def zeros_on_purpose(node: str) -> bool:
+    """Its backward sets elements to exactly 0 by design (a ReLU's off units, a clamp's or a
+    mask's zone, dropout), not by rounding a smooth derivative (a saturated tanh, sigmoid or
+    softmax, whose exact zeros are precision lost)."""
+    found = node_rule(node)
+    if found is None or not found.counts_zeros:
+        return False
+    act = found.activation
+    return act is None or not (act.derivative_share is not None or act.rows)
+
+
 def passes_gradient(node: str) -> bool:
     """A node of a chain that carries a parameter's gradient on to AccumulateGrad unchanged in
     meaning (a transpose, a view, an autocast copy)."""

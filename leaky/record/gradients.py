@@ -107,7 +107,11 @@ def _param_at(node, depth: int = 3):
     return _param_at(inputs[0], depth - 1) if len(inputs) == 1 else None
 
 
-_SMALL_RANGE = (torch.float16, torch.bfloat16)
+# NOTE: underflow is judged against float32. float16's smallest normal is 2**-14 (6.1e-5)
+# and it flushes below 2**-24, where float32 holds values down to 1e-38 (and 1e-45
+# subnormal). bfloat16 has float32's exponent range: a bfloat16 gradient is 0 or subnormal
+# only where the float32 one would be too, so it has no underflow of its own to count.
+_SMALL_RANGE = (torch.float16,)
 
 
 class GradientRecorder:
@@ -130,13 +134,27 @@ class GradientRecorder:
         self._fresh: dict[int, tuple | None] = {}
         self._accumulated: dict[int, object] = {}   # id(param) -> its post-accumulate hook handle
         self._distributed: bool | None = None      # torch.distributed running: looked up once a step
+        # sequence numbers of the nodes whose arriving gradient carries zeros on purpose: it
+        # comes from a node that zeroes elements by design (a ReLU, a mask, a clamp), directly or
+        # through nodes that only move values. Their zeros are not underflow.
+        self._zero_fed: set[int] = set()
 
     def watch(self, node, site: int) -> None:
         kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
         moves = kinds.count(1) == 1 and 2 not in kinds and moves_values(node)
         owners = tuple(self._owner(fn) if kind == 2 else None for (fn, _), kind in zip(node.next_functions, kinds))
+        if ops.zeros_on_purpose(type(node).__name__):
+            self._feeds_zeros(node)
         hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node), moves, owners)
         self.handles.append(node.register_hook(hook))
+
+    def _feeds_zeros(self, node, depth: int = 8) -> None:
+        for fn, _ in node.next_functions:
+            if fn is None or depth == 0 or leads_to_param(fn):
+                continue
+            self._zero_fed.add(fn._sequence_nr())
+            if moves_values(fn):
+                self._feeds_zeros(fn, depth - 1)
 
     def _owner(self, fn):
         """The parameter whose .grad will equal what this slot sends (itself, or through a
@@ -172,6 +190,7 @@ class GradientRecorder:
         """Graphs of finished steps are gone; their handles need no removal. The hooks on
         parameters stay while steps are sampled (see pause)."""
         self.handles.clear()
+        self._zero_fed.clear()
         self._sent.clear()
         self._fresh.clear()
         self._distributed = None
@@ -271,7 +290,7 @@ class GradientRecorder:
                 values.append(_count_nonzero(matched[0]))
             else:
                 values.append(torch.stack([_count_nonzero(g) for g in matched]).max())
-        half = not zeroing and arriving[0].dtype in _SMALL_RANGE
+        half = not zeroing and arriving[0].dtype in _SMALL_RANGE and seq not in self._zero_fed
         if half:
             # NOTE: a dense gradient (not from a ReLU, a mask, a clamp...) has no exact zeros
             # in float32; in float16 the values below 2**-24 flush to 0 and those below the
