@@ -8,7 +8,8 @@ with OMP_NUM_THREADS=1 and a 120 s timeout, loads the JSON report and scores it 
 label.json (format: benchmarks/zoo/README.md):
 
 - detected:  a finding with the expected code (or name) at warning or error severity;
-- localized: detected, and a matching finding points at the label's line of train.py (when
+- localized: detected, and a matching finding points at the label's line of train.py (its
+             `source`, or its `cause`: the line to change) (when
              the label gives a line), else sits in the label's module or one of its
              submodules (when it gives a module), else detected is enough;
 - top-1:     the most severe findings (ties: all of them) include the expected code, at
@@ -134,10 +135,11 @@ def _matches(finding: dict, exp: dict) -> bool:
 
 
 def _line_ok(finding: dict, line: int) -> bool:
-    src = finding.get("source") or {}
-    if src.get("line") != line:
-        return False
-    return not src.get("file") or os.path.basename(src["file"]) == "train.py"
+    """The finding's `source` or its `cause` (the line to change) is the label's line of train.py."""
+    for src in (finding.get("source") or {}, finding.get("cause") or {}):
+        if src.get("line") == line and (not src.get("file") or os.path.basename(src["file"]) == "train.py"):
+            return True
+    return False
 
 
 def _module_ok(finding: dict, module: str) -> bool:
@@ -148,7 +150,7 @@ def _module_ok(finding: dict, module: str) -> bool:
 def score(result: dict, report: dict | None, label: dict) -> dict:
     findings = [{"name": f.get("name"), "code": f.get("code"), "severity": f.get("severity"),
                  "module": f.get("module"), "op": f.get("op"), "source": f.get("source"),
-                 "message": (f.get("message") or "")[:400]}
+                 "cause": f.get("cause"), "message": (f.get("message") or "")[:400]}
                 for f in (report or {}).get("findings", [])]
     result["findings"] = findings
     alarms = [f for f in findings if RANK.get(f["severity"], 0) >= ALARM]

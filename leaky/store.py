@@ -68,6 +68,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             message TEXT, fix TEXT, evidence TEXT NOT NULL DEFAULT '{}',
             PRIMARY KEY (run_id, code, module, op, file, line))""",
     ]),
+    # the line to change (report-v1's optional `cause`), as JSON {"file", "line", "what"}
+    (2, ["ALTER TABLE findings ADD COLUMN cause TEXT"]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -233,18 +235,20 @@ class Store:
                finding.get("op") or NO_TEXT, source.get("file") or NO_TEXT,
                NO_LINE if source.get("line") is None else int(source["line"]))
         step = finding.get("step") if step is None else step
+        cause = finding.get("cause")
         body = (finding.get("severity"), finding.get("message"),
-                json.dumps(finding.get("evidence") or {}, default=str))
+                json.dumps(finding.get("evidence") or {}, default=str),
+                None if not cause else json.dumps(cause, default=str))
         with self._write() as conn:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO findings (run_id, code, module, op, file, line, name, fix,"
-                " first_step, last_step, severity, message, evidence)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " first_step, last_step, severity, message, evidence, cause)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (*key, finding.get("name"), finding.get("fix"), step, step, *body))
             if cur.rowcount == 1:
                 return True
             conn.execute(
-                "UPDATE findings SET severity = ?, message = ?, evidence = ?,"
+                "UPDATE findings SET severity = ?, message = ?, evidence = ?, cause = ?,"
                 " last_step = coalesce(?, last_step), first_step = coalesce(first_step, ?)"
                 " WHERE run_id = ? AND code = ? AND module = ? AND op = ? AND file = ? AND line = ?",
                 (*body, step, step, *key))
@@ -324,6 +328,9 @@ def _finding_dict(row: sqlite3.Row) -> dict:
     f["op"] = op or None
     f["source"] = None if not file else {"file": file, "line": None if line == NO_LINE else line}
     f["evidence"] = json.loads(f["evidence"] or "{}")
+    cause = f.pop("cause", None)
+    if cause:
+        f["cause"] = json.loads(cause)
     return f
 
 

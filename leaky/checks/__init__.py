@@ -67,7 +67,33 @@ def run_all(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.module or "", f.source.line if f.source else 0))
+    """Most severe first, then by code and place; but a finding that explains another (its
+    code in the other's evidence `explained_by`, or the other's code and module in its own
+    evidence `explains`) comes right before it: the root cause is read before its symptom."""
+    ranked = sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.module or "",
+                                             f.source.line if f.source else 0))
+    placed: set[int] = set()
+    out: list[Finding] = []
+
+    def place(finding: Finding, visiting: frozenset[int]) -> None:
+        if id(finding) in placed or id(finding) in visiting:
+            return
+        for other in ranked:
+            if other is not finding and _explains(other, finding):
+                place(other, visiting | {id(finding)})
+        placed.add(id(finding))
+        out.append(finding)
+
+    for finding in ranked:
+        place(finding, frozenset())
+    return out
+
+
+def _explains(cause: Finding, symptom: Finding) -> bool:
+    if cause.code in (symptom.evidence.get("explained_by") or ()):
+        return True
+    return any(isinstance(e, dict) and e.get("code") == symptom.code and e.get("module") == symptom.module
+               for e in cause.evidence.get("explains") or ())
 
 
 for _name in _MODULES:

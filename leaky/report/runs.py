@@ -98,7 +98,11 @@ def show_run(store, run_id: int) -> Group:
         listing.append(f"{f['severity'].upper()} ", style=SEVERITY_STYLE.get(f["severity"], ""))
         listing.append(f"{f['code']} {f['name']}  ", style="bold")
         listing.append(where + "\n", style="dim")
-        listing.append(f"    {f['message']}\n    fix: {f['fix']}\n")
+        listing.append(f"    {f['message']}\n")
+        cause = f.get("cause")
+        if cause:
+            listing.append(f"    change: {os.path.basename(cause['file'])}:{cause['line']}, {cause['what']}\n")
+        listing.append(f"    fix: {f['fix']}\n")
     return Group(head, timeline, listing)
 
 

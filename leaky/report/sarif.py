@@ -53,6 +53,13 @@ def _result(finding, rule_index: dict, root: str | None) -> dict:
         result["locations"] = [{"physicalLocation": {
             "artifactLocation": {"uri": _uri(finding.source.file, root)},
             "region": {"startLine": finding.source.line}}}]
+    if finding.cause is not None:     # the line to change, where it is not where the leak shows
+        result["relatedLocations"] = [{"id": 0, "message": {"text": f"change: {finding.cause.what}"},
+                                       "physicalLocation": {
+                                           "artifactLocation": {"uri": _uri(finding.cause.file, root)},
+                                           "region": {"startLine": finding.cause.line}}}]
+        if finding.source is None:
+            result["locations"] = [{"physicalLocation": result["relatedLocations"][0]["physicalLocation"]}]
     return result
 
 

@@ -33,6 +33,9 @@ def finding_renderable(finding: Finding) -> Text:
     if where:
         text.append("  " + " · ".join(where), style="dim")
     text.append("\n        " + finding.message)
+    if finding.cause is not None:
+        text.append("\n        change: ", style="yellow")
+        text.append(f"{short_path(finding.cause.file)}:{finding.cause.line}, {finding.cause.what}")
     text.append("\n        fix: ", style="green")
     text.append(finding.fix)
     return text

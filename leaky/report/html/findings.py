@@ -57,8 +57,18 @@ def finding_section(i: int, f: dict, sources: Sources, seen: dict | None) -> str
             f'<h3><span class="badge {sev_cls}">{esc(severity.upper())}</span> '
             f'<span class="code">{esc(code)}</span> {esc(name)}</h3>'
             f'<p class="where">{" · ".join(_where(f, seen)) or "&lt;model&gt;"}</p>'
-            f'<p class="msg">{esc(f.get("message") or "")}</p>{body}'
+            f'<p class="msg">{esc(f.get("message") or "")}</p>{_cause(f)}{body}'
             f'<p class="fix"><b>Fix</b> {esc(f.get("fix") or "")}</p></section>')
+
+
+def _cause(f: dict) -> str:
+    """The line to change, where the finding names one (report-v1's optional `cause`)."""
+    cause = f.get("cause")
+    if not isinstance(cause, dict) or not cause.get("file"):
+        return ""
+    short, full = source_text(cause)
+    return (f'<p class="cause"><b>Change</b> <span class="file" title="{esc(full)}">{esc(short)}</span>, '
+            f'{esc(cause.get("what") or "")}</p>')
 
 
 def _where(f: dict, seen: dict | None) -> list[str]:
