@@ -81,6 +81,13 @@ class AuditConfig:
     update_high_warning: float = 0.2
     update_high_error: float = 1.0
     update_low: float = 1e-7
+    # LK202, too slow to matter: under an Adam-family rule a step moves each element by about lr
+    # at most, so ||Δw||/||w|| <~ lr / rms(w). A weight that could not move by
+    # `update_material_change` (a tenth) of its norm in `update_slow_steps` steps even at that
+    # bound, and did not on any sampled step, is not being trained in any run of practical
+    # length. Fine-tuning at lr 1e-5 has lr/rms(w) ~ 1e-4 to 1e-3 (10% in 100-1,000 steps).
+    update_material_change: float = 0.1
+    update_slow_steps: int = 10_000
     # LK202: steps after a weight was exactly 0 whose update ratio is not judged: it gets its
     # scale from the first updates (with momentum the second can exceed the first weight).
     zero_weight_warmup: int = 5

@@ -6,6 +6,7 @@ scaled by lr:
 
     SGD:            Δw = -lr * (g + momentum buffer)        ||Δw|| ~ lr * ||g|| / (1 - momentum)
     Adam family:    Δw = -lr * m̂ / (sqrt(v̂) + eps)        |Δw_i| <~ lr per element
+                    (RMSprop too): so ||Δw|| / ||w|| <~ lr / rms(w), set by lr alone
     RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, ASGD: lr times a gradient statistic
 
 Two classes of torch.optim break that assumption, and leaky stays quiet about their band:
@@ -33,6 +34,9 @@ class OptimizerRule:
     update: str                       # the update rule in words, for messages
     one_gradient_step: bool = True    # one step() is one update from one gradient
     lr_scales_step: bool = True       # the update is lr times a gradient statistic
+    # |Δw_i| is about lr per element whatever the gradient's scale (Adam's m̂/√v̂ is ~±1 when
+    # the gradient keeps its sign; RMSprop's g/√E[g²] too): lr alone sets the step size.
+    per_element_lr: bool = False
 
     @property
     def banded(self) -> bool:
@@ -49,12 +53,14 @@ def register(rule: OptimizerRule) -> OptimizerRule:
 
 
 _FIRST_ORDER = "Δw = -lr × a statistic of the gradient"
+_PER_ELEMENT = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "SparseAdam")
 for _kind, _update in (("SGD", "Δw = -lr × (g + momentum × buffer)"), ("Adam", "Δw = -lr × m̂ / (√v̂ + eps)"),
-                       ("AdamW", "Δw = -lr × (m̂ / (√v̂ + eps) + weight_decay × w)"), ("Adamax", _FIRST_ORDER),
-                       ("NAdam", _FIRST_ORDER), ("RAdam", _FIRST_ORDER), ("RMSprop", "Δw = -lr × g / √(E[g²] + eps)"),
+                       ("AdamW", "Δw = -lr × (m̂ / (√v̂ + eps) + weight_decay × w)"),
+                       ("Adamax", "Δw = -lr × m̂ / max|g|"), ("NAdam", "Δw = -lr × (Nesterov m̂) / (√v̂ + eps)"),
+                       ("RAdam", "Δw = -lr × r_t × m̂ / (√v̂ + eps)"), ("RMSprop", "Δw = -lr × g / √(E[g²] + eps)"),
                        ("Adagrad", "Δw = -lr × g / √(Σg² + eps)"), ("Adadelta", _FIRST_ORDER), ("ASGD", _FIRST_ORDER),
-                       ("SparseAdam", _FIRST_ORDER)):
-    register(OptimizerRule(_kind, _update))
+                       ("SparseAdam", "Δw = -lr × m̂ / (√v̂ + eps), on the rows a step touched")):
+    register(OptimizerRule(_kind, _update, per_element_lr=_kind in _PER_ELEMENT))
 register(OptimizerRule("LBFGS", "up to max_iter quasi-Newton iterations per step(closure)",
                        one_gradient_step=False))
 register(OptimizerRule("Rprop", "a per-element step size that grows or shrinks by the gradient's sign, within "

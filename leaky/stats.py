@@ -108,6 +108,7 @@ class ParamStats:
     loss_change_bound: float | None = None  # median over sampled steps of ||g|| * ||Δw||: at first
                                             # order, the most one step of this parameter changes the loss
     root: str | None = None       # the root model it belongs to (its name, "" for an unnamed one)
+    weight_norm: float | None = None   # median ||w|| before a sampled update (||Δw|| / ratio)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ class InputStats:
     samples: int
     mean: tuple[float, ...]       # per feature (last dim) or channel (conv)
     std: tuple[float, ...]
+    made_source: Source | None = None   # the user's line that made the data (or what it came from)
 
 
 @dataclass(frozen=True)

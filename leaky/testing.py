@@ -164,7 +164,8 @@ def param(*, name: str = "fc.weight", module: str | None = None, module_key: int
           update_ratio_max: float | None = None, update_ratios: Sequence[tuple[int, float]] = (),
           zero_update_steps: int = 0, graded_update_steps: int | None = None, optimizer: int | None = None,
           group: int | None = None, source: Source | None = None, created_after_optimizer: bool = False,
-          loss_change_bound: float | None = None, root: str | None = None) -> ParamStats:
+          loss_change_bound: float | None = None, root: str | None = None,
+          weight_norm: float | None = None) -> ParamStats:
     """One parameter. module defaults to the name's prefix ("fc"); update_ratio and
     update_ratio_max to the median and the largest of update_ratios ((step, ratio) pairs);
     graded_update_steps to their count; optimizer and group to 0 when in_optimizer."""
@@ -182,7 +183,7 @@ def param(*, name: str = "fc.weight", module: str | None = None, module_key: int
                       tuple(shape), requires_grad, in_optimizer, grad_steps, grad_norm, update_ratio,
                       update_ratio_max, ratios, zero_update_steps,
                       len(ratios) if graded_update_steps is None else graded_update_steps, optimizer, group,
-                      source, created_after_optimizer, loss_change_bound, root)
+                      source, created_after_optimizer, loss_change_bound, root, weight_norm)
 
 
 def optimizer(*, index: int = 0, kind: str = "Adam", source: Source | None = None, step_source: Source | None = None,
@@ -230,9 +231,10 @@ def loss_probe(*, site: int = 0, op: str = "cross_entropy", expects: str = "logi
 
 
 def input_stats(*, site: int = 0, op: str = "linear", module: str | None = "fc", source: Source | None = None,
-                samples: int = 640, mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,)) -> InputStats:
+                samples: int = 640, mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,),
+                made_source: Source | None = None) -> InputStats:
     """Raw data entering the layer op at `site`: per-feature mean and std."""
-    return InputStats(site, op, module, source, samples, tuple(mean), tuple(std))
+    return InputStats(site, op, module, source, samples, tuple(mean), tuple(std), made_source)
 
 
 def weight(*, site: int = 0, module: str | None = "fc", param: str = "weight", kind: str = "linear",

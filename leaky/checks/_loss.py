@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
+from leaky.checks._optim import lr_cause
 from leaky.checks._util import line_of
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
-from leaky.stats import AuditStats
+from leaky.stats import AuditStats, ParamStats
 
 
 @dataclass(frozen=True)
@@ -172,3 +173,29 @@ def cause_text(found: list[Finding]) -> str:
         return ""
     parts = [f"{f.code} {f.name} at {f.where}" for f in found[:3]]
     return " Likely cause: " + "; ".join(parts) + "."
+
+
+def weights_of(stats: AuditStats, objective: Objective) -> list[ParamStats]:
+    return [p for p in stats.params if p.loss_change_bound is not None
+            and (objective.optimizer is None or p.optimizer == objective.optimizer)]
+
+
+def change_bound(stats: AuditStats, objective: Objective) -> float | None:
+    """Σ over the optimizer's parameters of the median ||g||·||Δw||: at first order, the most
+    one step can change the loss (|ΔL| <= Σ ||g_p|| ||Δw_p||, by Cauchy-Schwarz)."""
+    bounds = [p.loss_change_bound for p in weights_of(stats, objective)]
+    return sum(bounds) if bounds else None
+
+
+def with_cause(finding: Finding | None, stats: AuditStats, objective: Objective, found: list[Finding],
+               direction: str, config: AuditConfig) -> Finding | None:
+    """The loss finding with the line to change: the cause of the finding that explains it
+    when it has one, else (no other leak explains it) the learning rate of its optimizer,
+    which the advice is about."""
+    if finding is None or finding.cause is not None:
+        return finding
+    cause = next((f.cause for f in found if f.cause is not None), None) if found else None
+    if cause is None and not found:
+        param = next((p for p in stats.params if p.in_optimizer and p.optimizer == objective.optimizer), None)
+        cause = None if param is None else lr_cause(stats, param, direction, config)
+    return replace(finding, cause=cause) if cause is not None else finding

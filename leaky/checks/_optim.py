@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from leaky.checks._util import line_of, num
 from leaky.config import AuditConfig
-from leaky.finding import Source
+from leaky.finding import Cause, Source
 from leaky.stats import AuditStats, OptimizerStats, ParamStats
 
 
@@ -61,6 +61,22 @@ def lr_origin(stats: AuditStats, param: ParamStats, direction: str, config: Audi
     rate = f"{num(initial)} " if initial is not None else ""
     built = line_of(optimizer.source)
     return optimizer.source, f" The learning rate {rate}is set where {optimizer.kind} is built ({built})."
+
+
+def lr_cause(stats: AuditStats, param: ParamStats, direction: str, config: AuditConfig,
+             scheduler_only: bool = False) -> Cause | None:
+    """`lr_origin`'s line as a finding's cause: the learning rate's line, saying what rate stands
+    there ("the learning rate 0.5 set here", or what the scheduler made of it)."""
+    optimizer = optimizer_of(stats, param)
+    source, _ = lr_origin(stats, param, direction, config, scheduler_only)
+    if optimizer is None or source is None:
+        return None
+    initial, seen = group_lrs(optimizer, param.group)
+    if optimizer.scheduler is not None and source in (optimizer.scheduler.source, optimizer.scheduler.function_source):
+        rate = seen[1] if direction == "high" else seen[0]
+        return Cause.at(source, f"{optimizer.scheduler.kind} made the learning rate {num(rate)} here")
+    rate = f" {num(initial)}" if initial is not None else ""
+    return Cause.at(source, f"the learning rate{rate} of {optimizer.kind} set here")
 
 
 def _moved(initial: float, seen: tuple[float, float], direction: str, config: AuditConfig) -> bool:

@@ -16,7 +16,7 @@ from leaky.checks import register
 from leaky.checks._layers import expected_std, following_activation
 from leaky.checks._util import num, severity_above
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats, WeightStats
 
 
@@ -45,7 +45,22 @@ def _symmetric(weight: WeightStats, stats: AuditStats) -> Finding | None:
     fix = f"Break the symmetry with a random init: {init} (or its default), not a constant."
     return Finding("bad-initialization", "LK302", Severity.ERROR, message, fix, weight.module,
                    op.op if op else weight.kind, _where(weight, op), None,
-                   {"units": weight.shape[0], "parameter": f"{weight.module}.{weight.param}"})
+                   {"units": weight.shape[0], "parameter": f"{weight.module}.{weight.param}"},
+                   init_cause(stats, weight, "identical rows"))
+
+
+def init_cause(stats: AuditStats, weight: WeightStats | None, what: str) -> Cause | None:
+    """The line that set this weight's initial values: the user's `nn.init` call (or in-place
+    write) when leaky saw one, else the layer's construction, where its default init ran."""
+    if weight is None:
+        return None
+    if weight.init_source is not None:
+        return Cause.at(weight.init_source, f"{weight.module}.{weight.param} initialised here ({what})")
+    name = f"{weight.module}.{weight.param}" if weight.module else weight.param
+    param = next((p for p in stats.params if p.name == name), None)
+    if param is None or param.source is None:
+        return None
+    return Cause.at(param.source, f"{name} built here with its default init ({what})")
 
 
 def _where(weight: WeightStats, op):
@@ -69,7 +84,8 @@ def _scale(weight: WeightStats, stats: AuditStats, config: AuditConfig) -> Findi
     return Finding("bad-initialization", "LK302", severity, message, f"Re-initialise it: {init}.", weight.module,
                    op.op if op else weight.kind, _where(weight, op), None,
                    {"std": weight.std, "expected_std": expected, "ratio": ratio, "fan_in": weight.fan_in,
-                    "fan_out": weight.fan_out, "next_nonlinearity": family})
+                    "fan_out": weight.fan_out, "next_nonlinearity": family},
+                   init_cause(stats, weight, f"std {num(weight.std)}, {num(ratio)}× the fan-based {num(expected)}"))
 
 
 def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:
@@ -99,4 +115,4 @@ def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:
     weight = next((w for w in stats.weights if w.site == culprit.site), None)
     source = weight.init_source if weight is not None and weight.init_source else culprit.source
     return Finding("bad-initialization", "LK302", severity, message, fix, culprit.module, culprit.op,
-                   source, 0, evidence)
+                   source, 0, evidence, init_cause(stats, weight, f"where the scale steps most; ×{num(per_layer)} per layer on average"))

@@ -14,9 +14,10 @@ from __future__ import annotations
 import statistics
 
 from leaky.checks import register
+from leaky.checks._optim import lr_cause
 from leaky.checks._util import pct, severity_above
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats
 
 def _just_before(stats: AuditStats, first: int, last: int, config: AuditConfig) -> str:
@@ -44,6 +45,26 @@ def _just_before(stats: AuditStats, first: int, last: int, config: AuditConfig) 
     if ratios and max(ratios)[0] > config.dead_large_update:
         events.append((max(ratios)[1], f"an update changed a weight by {max(ratios)[0]:.2g} of its norm"))
     return _events_text(events, first, last)
+
+
+def _culprit(stats: AuditStats, died: list[int] | None, config: AuditConfig) -> Cause | None:
+    """The learning rate's line, when the units died right after a large update or a jump
+    of the learning rate (the events `_just_before` names): the rate is what to change."""
+    if not died:
+        return None
+    first, last = died[0] - 1, died[1] - 1
+    ratios = [(r, s, p) for p in stats.params for s, r in p.update_ratios if first <= s <= last]
+    if ratios:
+        ratio, _, param = max(ratios, key=lambda item: item[0])
+        if ratio > config.dead_large_update:
+            return lr_cause(stats, param, "high", config)
+    rows = {row.step: row.lr for row in stats.series}
+    jumped = any(rows.get(s - 1) and rows.get(s) and rows[s] > config.lr_jump * rows[s - 1]
+                 for s in range(first, last + 1))
+    if jumped:
+        param = next((p for p in stats.params if p.in_optimizer), None)
+        return None if param is None else lr_cause(stats, param, "high", config)
+    return None
 
 
 def _events_text(events: list[tuple[int, str]], first: int, last: int) -> str:
@@ -120,6 +141,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if severity is None:
             continue
         when, step, died_between = _when(stats, act, config)
+        cause = _culprit(stats, died_between, config)
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
                    f"{act.window} observed steps{_window(act)}; relu'(x) = 0 for x ≤ 0, so they get no "
@@ -132,5 +154,5 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                     "died_during_observation": len(act.died_steps), "first_death_step": step,
                     "died_between_steps": died_between}
         findings.append(Finding("dead-units", "LK102", severity, message, fix, act.module, act.op,
-                                act.source, step, evidence))
+                                act.source, step, evidence, cause))
     return findings

@@ -16,7 +16,7 @@ import math
 import statistics
 
 from leaky.checks import register
-from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose
+from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose, with_cause
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -31,7 +31,8 @@ _EXPLAINS = ("LK202", "LK107", "LK104", "LK105", "LK203")
 @register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
     found = causes(findings, _EXPLAINS, update_direction="high")
-    return each_objective(stats, config, lambda objective: _judge(stats, objective, config, found))
+    return each_objective(stats, config, lambda objective: with_cause(
+        _judge(stats, objective, config, found), stats, objective, found, "high", config))
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: list[Finding]) -> Finding | None:

@@ -23,19 +23,29 @@ from __future__ import annotations
 import math
 
 from leaky.checks import register
-from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose
-from leaky.checks._optim import lr_origin
+from leaky.checks._loss import (Objective, cause_text, causes, change_bound, curve_of, each_objective, weights_of,
+                                whose, with_cause)
+from leaky.checks._optim import lr_cause, lr_origin
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
-from leaky.stats import AuditStats, ParamStats
+from leaky.stats import AuditStats
 
 _EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
 
 
 @register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    return each_objective(stats, config, lambda objective: _judge(stats, objective, config, findings))
+    return each_objective(stats, config, lambda objective: _with_cause(stats, objective, config, findings))
+
+
+def _with_cause(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
+    """A flat loss explained by another finding changes where that one does; a stuck one
+    (LK204 itself names the weight) at its learning rate's line. An info finding names none."""
+    finding = _judge(stats, objective, config, findings)
+    if finding is None or finding.severity is Severity.INFO:
+        return finding
+    return with_cause(finding, stats, objective, causes(findings, _EXPLAINS, update_direction=None), "low", config)
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
@@ -69,7 +79,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
         first = found[0]
         return Finding("loss-not-decreasing", "LK204", severity, flat + cause_text(found), first.fix,
                        first.module, first.op, first.source, curve.last_step, evidence)
-    bound = _change_bound(stats, objective)
+    bound = change_bound(stats, objective)
     warmup = objective.warming_up(config)
     if bound is not None:
         evidence["loss_change_bound_per_step"] = bound
@@ -91,7 +101,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
 def _stuck(stats: AuditStats, objective: Objective, bound: float, flat: str, curve, evidence,
            config: AuditConfig) -> Finding:
     """The updates are too small to move the loss: blame the weight that moves it most."""
-    param = max(_weights_of(stats, objective), key=lambda p: p.loss_change_bound or 0.0)
+    param = max(weights_of(stats, objective), key=lambda p: p.loss_change_bound or 0.0)
     source, origin = lr_origin(stats, param, "low", config)
     drop = config.loss_flat_share * abs(curve.start)
     message = (f"{flat} The updates are too small to move it: at first order one step changes the loss by at most "
@@ -99,16 +109,4 @@ def _stuck(stats: AuditStats, objective: Objective, bound: float, flat: str, cur
                f"tenth of the {num(drop)} drop that counts as learning ({param.name} moves it most).{origin}")
     fix = "Raise the learning rate (×10 at a time) until ||Δw||/||w|| per step nears 1e-3."
     return Finding("loss-not-decreasing", "LK204", Severity.WARNING, message, fix, param.module, None, source,
-                   curve.last_step, evidence)
-
-
-def _weights_of(stats: AuditStats, objective: Objective) -> list[ParamStats]:
-    return [p for p in stats.params if p.loss_change_bound is not None
-            and (objective.optimizer is None or p.optimizer == objective.optimizer)]
-
-
-def _change_bound(stats: AuditStats, objective: Objective) -> float | None:
-    """Σ over the optimizer's parameters of the median ||g||·||Δw||: at first order, the most
-    one step can change the loss (|ΔL| <= Σ ||g_p|| ||Δw_p||, by Cauchy-Schwarz)."""
-    bounds = [p.loss_change_bound for p in _weights_of(stats, objective)]
-    return sum(bounds) if bounds else None
+                   curve.last_step, evidence, lr_cause(stats, param, "low", config))

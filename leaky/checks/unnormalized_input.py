@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from leaky.checks import register
 from leaky.checks._layers import following_activation
-from leaky.checks._util import num, pct
+from leaky.checks._util import line_of, num, pct
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats, InputStats
 
 _SHOWN = 8   # the fix spells out the measured mean and std when there are at most this many features
@@ -65,6 +65,11 @@ def _finding(data: InputStats, act, harm, worst: float) -> Finding:
         fix = ("Standardise each input feature: compute mean and std over the training set "
                "(mean = X.mean(0), std = X.std(0)) and feed (x - mean) / std.")
     evidence = {"mean": list(data.mean), "std": list(data.std), "samples": data.samples,
-                "worst_feature_scale": worst, "activation": act.op, "affected_share": share}
+                "worst_feature_scale": worst, "activation": act.op, "affected_share": share,
+                # the finding this one explains, so that it is read first (checks.sort_findings)
+                "explains": [{"code": "LK101" if what.startswith("unit-samples") else "LK102", "module": act.module}]}
+    cause = Cause.at(data.made_source, f"the inputs built here (features up to {num(worst)} in mean or std)")
+    if data.made_source is not None:
+        fix += f" Do it where they are built ({line_of(data.made_source)})."
     return Finding("unnormalized-input", "LK303", severity, message, fix, data.module, data.op, data.source,
-                   None, evidence)
+                   None, evidence, cause)

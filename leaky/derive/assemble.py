@@ -177,7 +177,8 @@ class Assembly:
             optimizer=optimizer, group=group, source=_source(where),
             created_after_optimizer=order is not None and first is not None and order > first,
             loss_change_bound=float(np.median(bounds)) if bounds else None,
-            root=None if key is None else (self.modules.name(self.modules.infos[key].root) or ""))
+            root=None if key is None else (self.modules.name(self.modules.infos[key].root) or ""),
+            weight_norm=float(np.median(norms)) if (norms := [u / r for _, r, _, u, _ in updates if r]) else None)
 
     def _optimizer_modules(self) -> dict[int, list[str]]:
         """For each optimizer (index), the modules whose parameters it holds."""
@@ -214,7 +215,7 @@ class Assembly:
             mean, std = probe.host()
             module, source = self._where(site)
             inputs.append(InputStats(site, self.sites.sites[site].op, module, source, probe.count,
-                                     tuple(mean), tuple(std)))
+                                     tuple(mean), tuple(std), _source(probe.made_at)))
         weights = []
         owners = self.params.owners()
         for pid, (site, probe) in probes.weights.items():

@@ -79,6 +79,7 @@ class InputProbe:
     count: int = 0
     total: Tensor | None = None
     squares: Tensor | None = None
+    made_at: tuple | None = None   # where the data first seen here was made (record/provenance.py)
 
     def update(self, x: Tensor) -> None:
         with torch.no_grad():
@@ -122,8 +123,9 @@ class WeightProbe:
 class ForwardProbes:
     """Keeps the probes of one audit, keyed by site."""
 
-    def __init__(self, mark) -> None:
+    def __init__(self, mark, origin_of=lambda tensor: None) -> None:
         self.mark = mark   # the recorder's key in node.metadata: node -> site
+        self.origin_of = origin_of   # tensor -> where its data was made (record/provenance.py)
         self.losses: dict[int, LossProbe] = {}
         self.inputs: dict[int, InputProbe] = {}
         self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
@@ -175,6 +177,6 @@ class ForwardProbes:
             dim = 1 if kind == "conv" and x.ndim >= 3 else x.ndim - 1
             probe = self.inputs.get(site)
             if probe is None:
-                probe = self.inputs[site] = InputProbe(dim, x.shape[dim])
+                probe = self.inputs[site] = InputProbe(dim, x.shape[dim], made_at=self.origin_of(x))
             if x.shape[dim] == probe.features:
                 probe.update(x)

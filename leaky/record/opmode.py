@@ -91,6 +91,7 @@ class OpMode(TorchFunctionMode):
             if outputs:
                 if outputs[0].grad_fn is None and not outputs[0].requires_grad:
                     rec.note_dropped_grad(op_name(func), args)
+                    rec.provenance.note(args, outputs)
                 else:
                     rec.on_op(op_name(func), args, kwargs, outputs)
         except Exception as exc:  # leaky's own failure: the user's op already ran

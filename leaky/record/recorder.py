@@ -21,6 +21,7 @@ from leaky.record.compiled import CompiledCalls, outside_graphs
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, unit_dim
 from leaky.record.forward import ForwardProbes
+from leaky.record.provenance import Provenance
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, leads_to_param
 from leaky.record.step_record import StepBuffer
@@ -86,7 +87,8 @@ class Recorder(StepTracking):
         self.clean_sites: set[int] = set()   # sites whose output was checked on a clean step (see _check_finite)
         self._bad_seen = False               # a NaN/Inf appeared in a forward output or the loss
         self.units: dict[int, UnitStats] = {}
-        self.probes = ForwardProbes(("leaky", id(self)))
+        self.provenance = Provenance(self.locator.locate)
+        self.probes = ForwardProbes(("leaky", id(self)), self.provenance.origin_of)
         self.functions = FunctionWatch(self)
         self.compiled = CompiledCalls(self)
         self.cuts: dict[tuple, CutEvent] = {}
