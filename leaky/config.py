@@ -16,7 +16,10 @@ class AuditConfig:
     # A unit-sample is "flat" when its local derivative is below this share of the
     # nonlinearity's maximum (sigmoid max 1/4, tanh max 1): |z| >~ 6 for sigmoid, 3 for tanh.
     flat_derivative_share: float = 1e-2
-    # LK101: share of a layer's unit-samples in the flat region.
+    # LK101: share of a layer's unit-samples in the flat region. A softmax row is flat by the
+    # same rule on its Jacobian J = diag(p) - pp^T: tr J = 1 - ||p||^2 below flat_derivative_share
+    # of a uniform row's 1 - 1/n (for n = 2 exactly the sigmoid's rule); a softmax is judged on
+    # its rows at the first step it ran, before training could have made it peaked.
     saturated_warning: float = 0.5
     saturated_error: float = 0.9
     # LK101: a unit is "stuck" when it sits in the flat region on at least this share of its

@@ -84,6 +84,11 @@ class ActivationStats:
     # observes every step, and the two are the same.
     seen_dead_steps: tuple[int, ...] = ()
     window_span: tuple[int, int] | None = None   # first and last observed step of the window
+    # softmax, at the first step it ran (normally the initialisation): the share of its rows whose
+    # Jacobian trace tr(diag(p) - ppᵀ) = 1 - ||p||² is below flat_derivative_share of the uniform
+    # row's 1 - 1/n, and the mean of that share over the rows (rows with one possible entry left out)
+    first_flat_share: float | None = None
+    first_jacobian_share: float | None = None
 
 
 @dataclass(frozen=True)

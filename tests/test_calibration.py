@@ -43,13 +43,17 @@ def _train(model, make_batch, steps=10, lr=1e-3):
     return audit
 
 
-def test_peaked_causal_attention_is_quiet():
+def test_causal_attention_peaked_by_a_score_factor_from_its_first_step_is_only_lk101():
+    # Peaked by construction (scores x 50 at init), not by learning: its scores get ~no
+    # gradient from the first step, which LK101 reports at the softmax (the issue "saturated
+    # softmax in LK101"). Attention that learns to be peaked stays quiet:
+    # tests/test_softmax_saturation.py.
     model = PeakedAttention()
     gen = torch.Generator().manual_seed(0)
     audit = _train(model, lambda s: (torch.randn(8, 12, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)))
     softmax = next(a for a in audit.stats.activations if a.family == "softmax")
-    assert softmax.peaked_share > 0.5          # it really is peaked...
-    assert serious(audit.report.findings) == []  # ...and that is not a finding
+    assert softmax.peaked_share > 0.5 and softmax.first_flat_share > 0.5
+    assert [(f.code, f.op) for f in serious(audit.report.findings)] == [("LK101", "softmax")]
 
 
 def test_relu_mlp_with_some_inactive_units_is_quiet():

@@ -53,6 +53,30 @@ def test_lk101_a_peaked_softmax_that_blocks_the_gradient_is_info_only():
     assert "100% of softmax rows" in finding.message and "backward gain here is 1.0e-04" in finding.message
 
 
+def _scores_at_init(first_flat: float | None, peaked: float = 0.9, gain: float = 0.05):
+    softmax = activation(site=2, op="softmax", module="attn", peaked_share=peaked, source=source(line=33),
+                         first_flat_share=first_flat, first_jacobian_share=0.05,
+                         detail={"dim": -1, "dim_size": 16, "scores_site": 1})
+    scores = op(site=1, op="matmul", module="attn", gain=1.0, source=source(line=31))
+    return stats(steps=20, ops=(scores, op(site=2, op="softmax", module="attn", gain=gain)), activations=(softmax,))
+
+
+def test_lk101_a_softmax_one_hot_from_its_first_step_points_at_its_scores():
+    finding = fires("LK101", _scores_at_init(0.6))
+    assert (finding.severity, finding.module, finding.op, finding.source.line) == (Severity.WARNING, "attn", "softmax", 33)
+    assert finding.cause is not None and finding.cause.line == 31          # the line that computed the scores
+    # flat: tr J below 1% of a uniform row's 1 - 1/16 = 0.9375
+    assert "60% of the rows" in finding.message and "1 − 1/n = 0.938 (n = 16)" in finding.message
+    assert finding.evidence["first_step_flat_row_share"] == 0.6
+    assert fires("LK101", _scores_at_init(0.95)).severity is Severity.ERROR
+
+
+def test_lk101_a_softmax_that_starts_spread_is_quiet_however_peaked_it_learns_to_be():
+    quiet("LK101", _scores_at_init(0.3, peaked=0.9))     # a causal mask's first rows, a few sharp heads
+    quiet("LK101", _scores_at_init(0.0, peaked=0.98))    # peaked later: learned (gain still flows)
+    quiet("LK101", _scores_at_init(None, peaked=0.98))   # no first-step statistics: the old rule only
+
+
 # -- LK102 dead-units ----------------------------------------------------------------------
 def _relu_layer(dead: int, samples: int = 640, **fields):
     relu = activation(site=1, op="relu", module="fc1", units=100, samples=samples, window=5, dead_units=dead,

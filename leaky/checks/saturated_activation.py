@@ -1,12 +1,17 @@
-"""LK101 saturated-activation: sigmoid/tanh units pinned where the derivative is ~0.
+"""LK101 saturated-activation: sigmoid/tanh/softmax units pinned where the derivative is ~0.
 
     d/dz sigmoid(z) = s(1-s) <= 1/4      d/dz tanh(z) = 1 - tanh(z)^2 <= 1
+    d/dz softmax(z) = J = diag(p) - ppᵀ,  tr J = 1 - ||p||² <= 1 - 1/n
 
 A unit-sample is flat when its local derivative is below `flat_derivative_share` of that
 maximum (|z| >~ 6 for sigmoid, 3 for tanh). Every gradient through a flat unit-sample is
-multiplied by that tiny number. Softmax saturation is reported as info only, and only when
-the softmax's own backward gain shows the gradient is actually blocked: peaked attention
-is normal.
+multiplied by that tiny number. A softmax row is flat by the same rule on tr J: J is
+positive semidefinite, so no direction of the scores gets more than tr J of the gradient
+(over two entries the share is the sigmoid's). A softmax is judged at the first step it ran,
+normally the initialisation, before training could have made it peaked: unscaled attention
+scores (no 1/sqrt(d)) or logits multiplied by a temperature are flat from there, while
+attention that learns to be peaked starts near uniform. Peakedness seen only later is
+reported as info, and only when the softmax's backward gain shows the gradient is blocked.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from leaky import ops
 from leaky.checks import register
 from leaky.checks._util import num, pct, severity_above
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity
 from leaky.stats import ActivationStats, AuditStats
 
 
@@ -34,6 +39,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = severity_above(act.flat_share, config.saturated_warning, config.saturated_error)
             if severity is not None:
                 findings.append(_smooth(act, severity, stats, config))
+        elif family is not None and family.rows and _flat_from_start(act, config) is not None:
+            findings.append(_softmax_from_start(act, _flat_from_start(act, config), stats, config))
         elif (family is not None and family.rows and act.peaked_share is not None
               and act.peaked_share >= config.softmax_peaked_share):
             op = stats.op(act.site)
@@ -70,3 +77,42 @@ def _softmax(act: ActivationStats, gain: float, config: AuditConfig) -> Finding:
     fix = "Scale the logits down (a temperature, or 1/sqrt(d) in attention) or normalise what feeds them."
     return Finding("saturated-activation", "LK101", Severity.INFO, message, fix, act.module, act.op,
                    act.source, None, {"peaked_share": act.peaked_share, "backward_gain": gain})
+
+
+def _flat_from_start(act: ActivationStats, config: AuditConfig) -> Severity | None:
+    if act.first_flat_share is None:
+        return None
+    return severity_above(act.first_flat_share, config.saturated_warning, config.saturated_error)
+
+
+def _softmax_from_start(act: ActivationStats, severity: Severity, stats: AuditStats, config: AuditConfig) -> Finding:
+    op = stats.op(act.site)
+    gain = op.gain if op is not None else None
+    n = act.detail.get("dim_size")
+    where = act.module or "the model"
+    passes = f", and over the steps its backward passed on {num(gain)} of the gradient it received" if gain is not None else ""
+    message = (f"at its first step, before training could shape it, {pct(act.first_flat_share)} of the rows of this "
+               f"softmax in {where} were one-hot: the trace of their Jacobian diag(p) − ppᵀ, 1 − ‖p‖², was below "
+               f"{num(config.flat_derivative_share)} of a uniform row's 1 − 1/n{_of_n(n)}, and no direction of "
+               f"the scores gets more than that trace of the gradient; the mean row had "
+               f"{num(act.first_jacobian_share)} of it{passes}.")
+    fix = ("Scale the scores down where they are computed: divide attention scores by math.sqrt(d_head) "
+           "(or use F.scaled_dot_product_attention), divide logits by a temperature rather than multiply, "
+           "or normalise what feeds them (LayerNorm, or q/k normalisation).")
+    evidence = {"first_step_flat_row_share": act.first_flat_share, "first_step_jacobian_share": act.first_jacobian_share,
+                "peaked_share": act.peaked_share, "row_length": n, "backward_gain": gain}
+    return Finding("saturated-activation", "LK101", severity, message, fix, act.module, act.op,
+                   act.source, None, evidence, _scores_cause(act, stats))
+
+
+def _of_n(n) -> str:
+    return f" = {num(1 - 1 / n)} (n = {n})" if isinstance(n, int) and n > 1 else ""
+
+
+def _scores_cause(act: ActivationStats, stats: AuditStats) -> Cause | None:
+    """The line that computed the scores, where it is not the softmax's own line."""
+    site = act.detail.get("scores_site")
+    op = stats.op(site) if site is not None else None
+    if op is None or op.source is None or op.source == act.source:
+        return None
+    return Cause.at(op.source, "the scores fed to this softmax are computed here: scale them down")

@@ -135,10 +135,13 @@ class Assembly:
             flat_share = float(host["flat"].sum() / (units.counted * units.units))
             stuck = float(np.mean(host["flat"] >= config.stuck_unit_share * units.counted))
         peaked = host["peaked_rows"] / units.rows if units.rows else None
+        first_rows = host.get("first_rows")
+        first_flat = host["first_flat"] / first_rows if first_rows else None
+        first_share = host["first_share"] / first_rows if first_rows else None
         return ActivationStats(site, op.op, units.activation.family, op.module, op.source, units.units,
                                units.samples, dead, died, window, flat_share, stuck,
                                median_from_hist(host["hist"]), peaked, dict(units.detail),
-                               _histogram(host, units), seen_dead, span)
+                               _histogram(host, units), seen_dead, span, first_flat, first_share)
 
     def _param_stats(self):
         owners = self.params.owners()

@@ -110,6 +110,14 @@ def moves_values(node) -> bool:
     return found.moves_values or (when is not None and when(node))
 
 
+def keeps_scores(node) -> bool:
+    """The node hands its input on unchanged in scale: it moves values or masks some out
+    (a view, a transpose, masked_fill). LK101 walks back through these from a softmax to the
+    op that computed its scores."""
+    found = node_rule(type(node).__name__)
+    return moves_values(node) or (found is not None and found.selects)
+
+
 def only_moves(node: str) -> bool:
     """By its class name alone, the node only moves or reshapes values."""
     found = node_rule(node)

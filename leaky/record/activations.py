@@ -55,6 +55,13 @@ class UnitStats:
     hist: Tensor | None = None            # [HIST_BINS] log10 local-derivative share histogram
     rows: int = 0                         # softmax rows seen
     peaked_rows: Tensor | None = None     # softmax rows whose max probability > detail["peaked_row"]
+    # softmax, at the first step this site ran (before training could have shaped it): the rows
+    # with room to move (>= 2 nonzero entries), those of them that are flat, and the sum of their
+    # Jacobian shares tr(diag(p) - ppᵀ) / (1 - 1/n) (see jacobian_share)
+    first_step: int | None = None
+    first_rows: Tensor | None = None
+    first_flat: Tensor | None = None
+    first_share: Tensor | None = None
 
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
@@ -62,6 +69,10 @@ class UnitStats:
         if self.activation.rows:
             if count:
                 self._update_softmax(x)
+            if self.first_step is None:
+                self.first_step = step
+            if step == self.first_step:
+                self._update_first_rows(x)
             return
         if not x.numel():
             return
@@ -107,13 +118,48 @@ class UnitStats:
         self.rows += x.numel() // max(x.shape[dim] if x.ndim else 1, 1)   # a 0-d softmax: one row
         self.peaked_rows = peak if self.peaked_rows is None else self.peaked_rows + peak
 
+    def _update_first_rows(self, x: Tensor) -> None:
+        share, movable = jacobian_share(x, self.detail.get("dim", -1) if x.ndim else 0)
+        flat = ((share < self.detail["flat_share"]) & movable).sum()
+        rows, total = movable.sum(), torch.where(movable, share, 0.0).sum()
+        if self.first_rows is not None:
+            rows, flat, total = rows + self.first_rows, flat + self.first_flat, total + self.first_share
+        self.first_rows, self.first_flat, self.first_share = rows, flat, total
+
     def host(self) -> dict:
         """Copy the accumulators to the host: called once, at the end."""
         to = lambda t: None if t is None else t.detach().cpu().double().numpy()  # noqa: E731
         return {
             "active": to(self.active), "last_active": to(self.last_active), "flat": to(self.flat),
             "hist": to(self.hist), "peaked_rows": None if self.peaked_rows is None else float(self.peaked_rows),
+            "first_rows": scalar(self.first_rows), "first_flat": scalar(self.first_flat),
+            "first_share": scalar(self.first_share),
         }
+
+
+def scalar(t: Tensor | None) -> float | None:
+    return None if t is None else float(t)
+
+
+def jacobian_share(p: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """Per row of a softmax output p: tr J / max tr J, J = diag(p) - ppᵀ, and whether it can move.
+
+    J is the softmax's Jacobian: the scores get g_in = J g_out = p * (g_out - <p, g_out>).
+    J is positive semidefinite, so each of its eigenvalues, and ||g_in|| / ||g_out||, is at
+    most tr J = sum p_i (1 - p_i) = 1 - ||p||², the local derivative summed over the row.
+    Over n entries tr J is largest, 1 - 1/n, for the uniform row; for n = 2 the share is
+    s(1-s) / (1/4), the sigmoid's. n counts the entries the row can put probability on: a
+    masked one (-inf, probability exactly 0) is not a direction the row can move in, and a
+    row with one such entry (the first row of a causal mask) has no derivative to lose.
+    """
+    wide = p.float() if p.dtype in (torch.float16, torch.bfloat16) else p
+    if not wide.ndim:
+        wide = wide.reshape(1)
+    squares = torch.linalg.vector_norm(wide, 2, dim=dim).square()
+    n = torch.count_nonzero(wide, dim=dim)
+    movable = n > 1
+    share = (1.0 - squares).clamp_min(0.0) / (1.0 - 1.0 / n.clamp_min(2))
+    return share.nan_to_num(nan=1.0), movable & ~squares.isnan()
 
 
 _EXACT_FLOAT_SUM = 2 ** 24   # float32 holds every whole number up to this
@@ -146,4 +192,4 @@ def median_from_hist(hist) -> float | None:
     return 10.0 ** (HIST_LOW + (index + 0.5) * width)
 
 
-__all__ = ["RATE_GAP", "UnitStats", "count_positive", "median_from_hist", "unit_dim"]
+__all__ = ["RATE_GAP", "UnitStats", "count_positive", "jacobian_share", "median_from_hist", "unit_dim"]

@@ -371,10 +371,24 @@ class Recorder(StepTracking):
             extra = dict(detail or {})
             extra["flat_share"] = self.config.flat_derivative_share
             extra["peaked_row"] = self.config.peaked_row_probability
+            if activation.rows and args and isinstance(args[0], Tensor):
+                extra["scores_site"] = self._scores_site(args[0].grad_fn)
             stats = self.units[site] = UnitStats(activation, out.shape[dim] if out.ndim else 1, dim, extra)
         if out.ndim and out.shape[stats.unit_dim] != stats.units:
             return  # a differently shaped call at the same line: keep the first shape
         stats.update(out, self.step, self._count_rates())
+
+    def _scores_site(self, node, depth: int = 4) -> int | None:
+        """The site of the op that computed a softmax's scores: the first hooked node behind its
+        input that is not a view, a transpose or a mask (ops.keeps_scores)."""
+        for _ in range(depth):
+            if node is None:
+                return None
+            site = node.metadata.get(self._mark)
+            if site is not None and not ops.keeps_scores(node):
+                return site
+            node = next((fn for fn, _ in node.next_functions if fn is not None), None)
+        return None
 
     def _count_rates(self) -> bool:
         """Whether this step counts fire rates, flat samples, input averages and the share
