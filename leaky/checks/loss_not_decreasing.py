@@ -30,7 +30,7 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, ParamStats
 
-_EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
+_EXPLAINS = ("LK102", "LK106", "LK103", "LK105", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
 
 
 @register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
