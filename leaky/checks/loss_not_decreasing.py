@@ -6,9 +6,10 @@ steps are so small that the weights do not move. A flat stretch alone is not evi
 model that learns slowly at a modest learning rate is flat over 20 steps too. So the
 finding is a warning only with evidence that something is stuck:
 
-- a leak that explains it: dead units, a dead zone, a vanishing gradient, stale
-  parameters, a cut path, an update ratio far from the band (in either direction: a too
-  high rate makes the loss hover as surely as a too low one keeps it still);
+- a leak that explains it: dead units, a dead zone, a vanishing gradient (through depth or
+  through time), stale parameters, a cut path, an update ratio far from the band (in
+  either direction: a too high rate makes the loss hover as surely as a too low one keeps
+  it still);
 - or updates too small to move the loss: at first order a step changes the loss by at most
   Σ ||g||·||Δw|| over the optimizer's parameters (Cauchy-Schwarz), and over the observed
   steps that bound stays below `loss_stuck_share` of the drop that counts as learning,

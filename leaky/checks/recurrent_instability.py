@@ -127,8 +127,10 @@ def _reach_text(rec: RecurrenceStats, name: str, reach: Reach, config: AuditConf
     per_step = f" (×{num(reach.per_step)} per step back, measured)" if reach.per_step else ""
     zeros = (f", and steps 0–{reach.zero_steps - 1} get exactly 0 (float32 underflow)"
              if reach.zero_steps else f" (step 0: {num(reach.first_share)})")
+    jacobian = f"{rec.param}ᵀ·" + {"rnn_tanh": "diag(1 − h²)", "rnn_relu": "diag(relu′)"}.get(
+        rec.kind, "diag(f′) (f′ = 1 − h² for tanh)")
     return (f"{name} has spectral radius ρ = {rec.spectral_radius:.3g}: backprop through time multiplies the "
-            f"gradient by W_hhᵀ·diag(1 − h²) once per step back, so it shrinks like ρᵏ{per_step}. It enters {entry} "
+            f"gradient by {jacobian} once per step back, so it shrinks like ρᵏ{per_step}. It enters {entry} "
             f"and reaches back only {reach.steps_reached} of the {reach.time_steps} time steps: steps "
             f"0–{reach.first_reached - 1} get less than {num(config.time_decay)} of it{zeros}.")
 
