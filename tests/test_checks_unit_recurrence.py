@@ -86,7 +86,17 @@ def test_lk105_without_a_loss_to_judge_only_a_radius_far_below_one_warns():
 
 
 def test_lk204_names_a_vanishing_recurrence_as_the_cause_of_a_flat_loss():
-    lk105 = cause("LK105", module="net", op="matmul", line=30)
+    lk105 = cause("LK105", module="net", op="matmul", line=30, evidence={"direction": "shrinks"})
     finding = fires("LK204", stats(steps=20, series=series(losses=FLAT)), causes=(lk105,))
     assert finding.severity is Severity.WARNING and finding.evidence["explained_by"] == ["LK105"]
     assert (finding.module, finding.source.line) == ("net", 30)
+    # an exploding recurrence explains a diverging loss (LK205), not a flat one
+    exploding = cause("LK105", Severity.ERROR, module="net", op="matmul", line=30, evidence={"direction": "grows"})
+    assert fires("LK204", stats(steps=20, series=series(losses=FLAT)), causes=(exploding,)).severity is Severity.INFO
+
+
+def test_lk205_does_not_blame_a_vanishing_recurrence_for_a_diverging_loss():
+    rising = [1.0 * 1.1 ** i for i in range(20)]
+    vanishing = cause("LK105", module="net", op="matmul", line=30, evidence={"direction": "shrinks"})
+    finding = fires("LK205", stats(steps=20, series=series(losses=rising)), causes=(vanishing,))
+    assert "LK105" not in finding.evidence.get("explained_by", [])

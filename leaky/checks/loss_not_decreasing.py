@@ -54,7 +54,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
             return None
     if drop >= config.loss_flat_share or drop < -config.loss_rising_share:
         return None   # learning, or rising (LK205's business)
-    found = causes(findings, _EXPLAINS, update_direction=None)
+    found = causes(findings, _EXPLAINS, update_direction=None, recurrence_direction="shrinks")
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
     short = f"short of the {100 * config.loss_flat_share:g}% drop that counts as learning."
     if objective.moving_target:

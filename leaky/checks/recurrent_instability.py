@@ -69,7 +69,7 @@ def _judge(rec: RecurrenceStats, config: AuditConfig) -> Finding | None:
                f"{trend}.")
     op = rec.op
     evidence = {"spectral_radius": rho, "kind": rec.kind, "time_steps": steps, "growth_first_over_last": growth,
-                "profile": list(thin(rec.profile)) if rec.profile else None}
+                "profile": list(thin(rec.profile)) if rec.profile else None, "direction": "grows"}
     return Finding("recurrent-instability", "LK105", severity, message, _FIX_EXPLODE, rec.module,
                    op.op if op else rec.kind, op.source if op else None, None, evidence)
 
@@ -95,7 +95,8 @@ def _vanishing(stats: AuditStats, rec: RecurrenceStats, config: AuditConfig) -> 
     fix = (f"Initialise {name} orthogonally, so that ρ = 1 (nn.init.orthogonal_{at}); or use "
            "nn.LSTM/nn.GRU (the cell state carries the gradient additively); or shorten the sequence to the "
            "steps that hold the signal.")
-    evidence = {"spectral_radius": rec.spectral_radius, "kind": rec.kind, "time_steps": reach.time_steps,
+    evidence = {"direction": "shrinks", "spectral_radius": rec.spectral_radius, "kind": rec.kind,
+                "time_steps": reach.time_steps,
                 "steps_reached": reach.steps_reached, "first_reached_step": reach.first_reached,
                 "entry_step": reach.entry, "zero_steps": reach.zero_steps, "first_step_share": reach.first_share,
                 "decay_per_step": reach.per_step, "loss_relative_drop": judged[0] if judged else None,
