@@ -161,6 +161,7 @@ class RecurrenceStats:
     spectral_radius: float
     profile: tuple[float, ...] | None   # gradient norm reaching each time step, t = 0 first
     op: OpStats | None
+    init_source: Source | None = None   # the user's line that last wrote the weight in place (nn.init.*)
 
 
 @dataclass(frozen=True)

@@ -251,10 +251,10 @@ def weight(*, site: int = 0, module: str | None = "fc", param: str = "weight", k
 
 def recurrence(*, module: str | None = "rnn", param: str = "weight_hh_l0", kind: str = "rnn_tanh",
                gated: bool | None = None, spectral_radius: float = 1.0, profile: Sequence[float] | None = None,
-               op: OpStats | None = None) -> RecurrenceStats:
+               op: OpStats | None = None, init_source: Source | None = None) -> RecurrenceStats:
     """A recurrent weight; gated defaults to whether kind is "lstm" or "gru"."""
     return RecurrenceStats(module, param, kind, kind in ("lstm", "gru") if gated is None else gated,
-                           spectral_radius, None if profile is None else tuple(profile), op)
+                           spectral_radius, None if profile is None else tuple(profile), op, init_source)
 
 
 def nonfinite(*, phase: str = "forward", step: int = 0, op: OpStats | None = None, value: str = "nan",

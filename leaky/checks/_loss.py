@@ -155,16 +155,20 @@ def whose(stats: AuditStats, objective: Objective) -> str:
     return f" of optimizer {objective.optimizer} ({optimizer.kind}{built})"
 
 
-def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: str | None) -> list[Finding]:
+def causes(findings: list[Finding], codes: tuple[str, ...], update_direction: str | None,
+           recurrence_direction: str | None = None) -> list[Finding]:
     """The findings among `codes` that can explain the loss, most severe first, then in the
     order of `codes` (root causes before their consequences). An update-ratio finding counts
     only in the given direction (None: either): a too-high rate explains a rising loss, a
-    too-low one a flat loss, and either a loss that hovers."""
+    too-low one a flat loss, and either a loss that hovers. A recurrence (LK105) likewise:
+    one that "grows" explains a diverging loss, one that "shrinks" a flat one."""
     def fits(f: Finding) -> bool:
         # NOTE: an info finding (a quarter of a layer's units silent, say) is normal in healthy
         # models: it explains nothing.
         return (f.code in codes and f.severity is not Severity.INFO
-                and (f.code != "LK202" or update_direction is None or f.evidence.get("direction") == update_direction))
+                and (f.code != "LK202" or update_direction is None or f.evidence.get("direction") == update_direction)
+                and (f.code != "LK105" or recurrence_direction is None
+                     or f.evidence.get("direction") == recurrence_direction))
     return sorted((f for f in findings if fits(f)), key=lambda f: (-f.severity.rank, codes.index(f.code)))
 
 

@@ -30,7 +30,7 @@ _EXPLAINS = ("LK202", "LK107", "LK104", "LK105", "LK203")
 
 @register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    found = causes(findings, _EXPLAINS, update_direction="high")
+    found = causes(findings, _EXPLAINS, update_direction="high", recurrence_direction="grows")
     return each_objective(stats, config, lambda objective: with_cause(
         _judge(stats, objective, config, found), stats, objective, found, "high", config))
 

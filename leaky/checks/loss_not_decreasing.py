@@ -6,9 +6,10 @@ steps are so small that the weights do not move. A flat stretch alone is not evi
 model that learns slowly at a modest learning rate is flat over 20 steps too. So the
 finding is a warning only with evidence that something is stuck:
 
-- a leak that explains it: dead units, a dead zone, a vanishing gradient, stale
-  parameters, a cut path, an update ratio far from the band (in either direction: a too
-  high rate makes the loss hover as surely as a too low one keeps it still);
+- a leak that explains it: dead units, a dead zone, a vanishing gradient (through depth or
+  through time), stale parameters, a cut path, an update ratio far from the band (in
+  either direction: a too high rate makes the loss hover as surely as a too low one keeps
+  it still);
 - or updates too small to move the loss: at first order a step changes the loss by at most
   Σ ||g||·||Δw|| over the optimizer's parameters (Cauchy-Schwarz), and over the observed
   steps that bound stays below `loss_stuck_share` of the drop that counts as learning,
@@ -31,7 +32,7 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_EXPLAINS = ("LK102", "LK106", "LK103", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
+_EXPLAINS = ("LK102", "LK106", "LK103", "LK105", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
 
 
 @register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
@@ -45,7 +46,7 @@ def _with_cause(stats: AuditStats, objective: Objective, config: AuditConfig, fi
     finding = _judge(stats, objective, config, findings)
     if finding is None or finding.severity is Severity.INFO:
         return finding
-    return with_cause(finding, stats, objective, causes(findings, _EXPLAINS, update_direction=None), "low", config)
+    return with_cause(finding, stats, objective, causes(findings, _EXPLAINS, update_direction=None, recurrence_direction="shrinks"), "low", config)
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
@@ -63,7 +64,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
             return None
     if drop >= config.loss_flat_share or drop < -config.loss_rising_share:
         return None   # learning, or rising (LK205's business)
-    found = causes(findings, _EXPLAINS, update_direction=None)
+    found = causes(findings, _EXPLAINS, update_direction=None, recurrence_direction="shrinks")
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
     short = f"short of the {100 * config.loss_flat_share:g}% drop that counts as learning."
     if objective.moving_target:

@@ -50,7 +50,7 @@ class Assembly:
         if builder.radius_cache is None:
             builder.radius_cache = RadiusCache()
         recurrences = tuple(find_recurrences(self.modules, rec.param_uses, by_site, self.params.owners(),
-                                             builder.radius_cache))
+                                             builder.radius_cache, rec.init_sites))
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(builder.nonfinite.items(), reverse=True))
         name = self.modules.name

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from leaky import ops
-from leaky.stats import OpStats, RecurrenceStats
+from leaky.stats import OpStats, RecurrenceStats, _source
 
 
 EXACT_LIMIT = 512   # above this size, estimate rho instead of a full eigendecomposition
@@ -65,7 +65,7 @@ class RadiusCache:
         return cached[1]
 
 
-def _module_recurrences(modules, by_site: dict[int, OpStats], radius):
+def _module_recurrences(modules, by_site: dict[int, OpStats], radius, init_sites: dict):
     for info in modules.infos:
         module = info.module
         if not isinstance(module, nn.RNNBase):
@@ -87,10 +87,11 @@ def _module_recurrences(modules, by_site: dict[int, OpStats], radius):
                 layer_profile = tuple(profile[start:start + size])
             yield RecurrenceStats(name, f"weight_hh_l{layer}", kind, gated,
                                   radius(weight, blocks), layer_profile,
-                                  step_ops[0] if step_ops else None)
+                                  step_ops[0] if step_ops else None, _source(init_sites.get(id(weight))))
 
 
-def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], owners: dict, radius):
+def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], owners: dict, radius,
+                      init_sites: dict):
     for pid, sites in param_uses.items():
         owner = owners.get(pid)
         if owner is None:
@@ -103,12 +104,16 @@ def _loop_recurrences(modules, param_uses: dict, by_site: dict[int, OpStats], ow
             if op is None or not op.profile or op.occurrences < 2:
                 continue
             yield RecurrenceStats(modules.name(key), pname, "loop", False, radius(param),
-                                  op.profile, op)
+                                  op.profile, op, _source(init_sites.get(pid)))
 
 
-def find_recurrences(modules, param_uses, by_site, owners, cache: RadiusCache | None = None):
+def find_recurrences(modules, param_uses, by_site, owners, cache: RadiusCache | None = None,
+                     init_sites: dict | None = None):
+    """Each recurrent weight with its radius, its per-time-step profile and the line that
+    initialised it (`init_sites`: id(param) -> the user's last in-place write to it)."""
     radius = (cache or RadiusCache()).radius
     if cache is not None:
         cache.builds += 1
-    yield from _module_recurrences(modules, by_site, radius)
-    yield from _loop_recurrences(modules, param_uses, by_site, owners, radius)
+    init_sites = init_sites or {}
+    yield from _module_recurrences(modules, by_site, radius, init_sites)
+    yield from _loop_recurrences(modules, param_uses, by_site, owners, radius, init_sites)
