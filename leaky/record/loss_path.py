@@ -21,10 +21,12 @@ from leaky.record.gradients import can_zero, leads_to_param
 BUDGET = 256   # nodes visited per backward() at most: the loss computation is a few ops
 
 
-def loss_path_sites(root, mark) -> set[int]:
+def loss_path_sites(root, mark) -> tuple[set[int], set[int]]:
     """The sites (by `node.metadata[mark]`) of zeroing nodes reached from `root` before any
-    layer: nothing that mixes elements or feeds a trainable tensor lies between them and it."""
+    layer: nothing that mixes elements or feeds a trainable tensor lies between them and it;
+    and the ids of the leaves reached so (a prediction rebuilt as a leaf, record/leaves.py)."""
     found: set[int] = set()
+    leaves: set[int] = set()
     stack, seen = [root], set()
     while stack and len(seen) < BUDGET:
         node = stack.pop()
@@ -35,7 +37,8 @@ def loss_path_sites(root, mark) -> set[int]:
         site = node.metadata.get(mark)
         if site is not None and can_zero(node):
             found.add(site)
+        leaves.update(id(fn.variable) for fn in children if type(fn).__name__ == ops.ACCUMULATE)
         if ops.mixes(type(node).__name__) or any(leads_to_param(fn) for fn in children):
             continue   # a layer: below it, each element is one path among many
         stack.extend(children)
-    return found
+    return found, leaves
