@@ -156,5 +156,5 @@ def test_unit_the_same_share_in_a_hidden_layer_or_a_mask_on_the_loss_path_is_qui
 
 def test_unit_a_share_counted_on_some_steps_says_so():
     finding = fires("LK106", _zone("clamp", 0.4, False, zero_steps=25))
-    assert "summed over 25 of the 100 observed steps" in finding.message
+    assert "summed over the 25 of its 100 observed steps whose zeros were counted" in finding.message
     assert finding.evidence["steps_counted"] == 25

@@ -71,7 +71,7 @@ def _window(op: OpStats) -> str:
     counted = op.zero_steps or op.steps
     if counted >= op.steps:
         return f"all {op.steps} observed steps" if op.steps > 1 else "the observed step"
-    return f"{counted} of the {op.steps} observed steps (counted on those)"
+    return f"the {counted} of its {op.steps} observed steps whose zeros were counted"
 
 
 def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: bool) -> Finding:
