@@ -77,9 +77,20 @@ class AuditConfig:
     # starts a few percent above chance (logits of std s add ~s²/2 to log C: a 2-class model
     # that stays at chance goes 0.72 -> 0.69, 4%).
     reach_learning_drop: float = 0.1
-    # LK106: share of the elements that lead to the loss whose gradient the op zeroes.
+    # LK106: share of the elements that lead to the loss whose gradient the op zeroes, over all
+    # the observed steps. In a hidden layer the next matrix product spreads each output's
+    # gradient over every unit, so a zeroed element is one path among many.
     dead_zone_warning: float = 0.25
     dead_zone_error: float = 0.5
+    # LK106, a clamp or step on the loss path (no layer between it and the loss: a clipped TD
+    # error, a clamped prediction): each element there is one output of one sample and its
+    # gradient has no other way back, so a zeroed share s drops s of the batch's outputs from
+    # the update: the ones past the bound, the largest errors. A clamp that only guards a
+    # valid range on a healthy model zeroes 0.4-2.5% (zoo clamped-output-range, seeds 0-3, 20-200
+    # steps); a clipped TD error with rewards of scale 1, 10-24% (dqn-clamped-td-small-rewards).
+    # One output in 20 is likely harm, one in 4 (the worst quarter never learns) an error.
+    dead_zone_loss_warning: float = 0.05
+    dead_zone_loss_error: float = 0.25
     # LK201: a parameter in the optimizer is "left unchanged" when it had a nonzero gradient
     # and no change at all on every one of at least this many sampled steps.
     stale_min_steps: int = 2

@@ -57,6 +57,8 @@ class OpStats:
     out_rms: float | None = None         # first clean step: root-mean-square of its forward output
     underflow_share: float | None = None  # float16/bfloat16 gradient arriving at a dense op: share exactly 0
     subnormal_share: float | None = None  # ... share below the smallest normal number
+    zero_steps: int = 0          # the steps whose zeroed elements were counted (all sampled ones, in an audit)
+    loss_path: bool = False      # no layer between it and a loss: each element is one output (LK106)
 
 
 @dataclass(frozen=True)

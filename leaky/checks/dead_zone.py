@@ -9,6 +9,17 @@ The share is measured on the gradient itself: of the elements whose arriving gra
 nonzero, how many leave this op with a gradient of exactly 0. Elements that were already
 zero upstream (a masked attention score, say) do not count. ReLU sparsity is LK102's
 business, not this check's.
+
+The share is summed over every observed step (the whole window), so a dead zone that
+shrinks as training goes on is judged on all it dropped, not on its last step.
+
+Its threshold depends on its role. In a hidden layer the next matrix product spreads each
+output's gradient over every unit: a zeroed element is one path among many
+(dead_zone_warning). On the loss path (no layer between the op and the loss: a clamped TD
+error, a clamped prediction) each element is one output of one sample, whose gradient has
+no other way back: a zeroed share s drops s of the outputs from the update
+(dead_zone_loss_warning). A selection there (where, masked_fill) is a mask, by design: it
+keeps the hidden threshold.
 """
 from __future__ import annotations
 
@@ -18,6 +29,7 @@ from leaky.checks._util import pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding
 from leaky.ops.activations import BOUNDED, SOFTMAX_OF_ONE
+from leaky.ops.dead_zones import SELECT
 from leaky.stats import AuditStats, OpStats
 
 
@@ -33,10 +45,14 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         share = _share(op, kind, flat)
         if share is None:
             continue
-        severity = severity_above(share, config.dead_zone_warning, config.dead_zone_error)
+        on_loss_path = op.loss_path and kind is not SELECT
+        if on_loss_path:
+            severity = severity_above(share, config.dead_zone_loss_warning, config.dead_zone_loss_error)
+        else:
+            severity = severity_above(share, config.dead_zone_warning, config.dead_zone_error)
         if severity is None:
             continue
-        findings.append(_finding(op, kind, share, severity))
+        findings.append(_finding(op, kind, share, severity, on_loss_path))
     return findings
 
 
@@ -50,15 +66,30 @@ def _share(op: OpStats, kind: ops.Zone, flat: dict[int, float | None]) -> float 
     return op.zeroed_share
 
 
-def _finding(op: OpStats, kind: ops.Zone, share: float, severity) -> Finding:
+def _window(op: OpStats) -> str:
+    """The observed steps the share is summed over."""
+    counted = op.zero_steps or op.steps
+    if counted >= op.steps:
+        return f"all {op.steps} observed steps" if op.steps > 1 else "the observed step"
+    return f"the {counted} of its {op.steps} observed steps whose zeros were counted"
+
+
+def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: bool) -> Finding:
     bounds = ""
     low, high = op.detail.get("low"), op.detail.get("high")
     if low is not None or high is not None:
         bounds = f" Bounds here: [{'-inf' if low is None else low}, {'inf' if high is None else high}]."
     elements = int(op.nonzero_in)
-    message = (f"{op.op} sets the gradient of {pct(share)} of the {elements} elements that reach the loss "
-               f"(summed over the steps counted) to exactly 0: {kind.derivative}.{bounds} Nothing upstream of these "
-               f"elements learns from them.")
-    evidence = {"zeroed_share": share, "elements_reaching_loss": elements, "node": op.node, **op.detail}
+    counted = f" of the {elements} elements that reach the loss" if elements else " of the elements that reach the loss"
+    message = (f"{op.op} sets the gradient of {pct(share)}{counted} to exactly 0, summed over "
+               f"{_window(op)}: {kind.derivative}.{bounds} ")
+    if on_loss_path:
+        message += ("It sits between the model's output and the loss, with no layer in between: each of these "
+                    "elements is one output of one sample, and its whole learning signal is dropped.")
+    else:
+        message += "Nothing upstream of these elements learns from them."
+    evidence = {"zeroed_share": share, "elements_reaching_loss": elements, "node": op.node,
+                "steps_counted": op.zero_steps or op.steps, "role": "loss_path" if on_loss_path else "hidden",
+                **op.detail}
     return Finding("dead-zone", "LK106", severity, message, kind.fix, op.module, op.op, op.source, None,
                    evidence)

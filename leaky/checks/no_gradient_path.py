@@ -9,6 +9,14 @@ gradient and that ran only under no_grad is only evaluated (the best checkpoint 
 for testing, a target network): not a finding.
 Gradients that backward() computed and a zero_grad() cleared before the step are not a
 cut path: that is LK201 stale-parameter.
+
+A new leaf the script built with requires_grad=True (`torch.tensor(out.detach().numpy(),
+requires_grad=True)`, `torch.tensor([model(x).item() ...], requires_grad=True)`) that a
+loss reached and no optimizer trains is where the graph restarts: backward() runs, and
+no parameter is behind it. It explains the parameters behind the cuts on its line, or,
+when no trainable parameter got a gradient at all, every one: its line is the finding's
+source and its cause (the line to change), with the earlier cut its values came from
+named in the message.
 """
 from __future__ import annotations
 
@@ -18,7 +26,7 @@ from leaky import ops
 from leaky.checks import register
 from leaky.checks._optim import cleared_before_step
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats, Cut
 
 _ORDER = tuple(ops.calls.CUT_KINDS)   # the kinds of cut, most specific first
@@ -30,6 +38,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         return []
     cut_off: dict[str | None, list] = defaultdict(list)
     trained_roots = {p.root for p in stats.params if p.grad_steps}
+    none_trained = not any(p.grad_steps for p in stats.params if p.requires_grad)
     for param in stats.params:
         if not param.requires_grad or param.grad_steps > 0:
             continue
@@ -42,7 +51,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if not stats.used_optimizer and param.root not in trained_roots and param.module not in stats.modules_ran:
             continue   # only evaluated, under no_grad, in a model none of whose parameters got a gradient
         cut_off[param.module].append(param)
-    return [_finding(module, params, stats) for module, params in cut_off.items()]
+    return [_finding(module, params, stats, none_trained) for module, params in cut_off.items()]
 
 
 def _related(a: str | None, b: str | None) -> bool:
@@ -55,10 +64,12 @@ def _kind(cut: Cut) -> str:
     return cut.kind.split(":")[0]
 
 
-def _find_cut(module: str | None, stats: AuditStats) -> Cut | None:
+def _find_cut(module: str | None, stats: AuditStats, none_trained: bool = False) -> Cut | None:
     def related(cut: Cut) -> bool:
         if _kind(cut) == ops.calls.LEAF:
             return True   # nothing before the loss gets a gradient
+        if _kind(cut) == ops.calls.REBUILT and not cut.producer:
+            return none_trained   # built from values whose origin is not known: the loss reached nothing else
         if cut.kind == ops.calls.NO_GRAD:
             return _related(cut.module, module)
         return any(_related(producer, module) for producer in cut.producer)
@@ -74,10 +85,30 @@ def _cleared(module: str | None, stats: AuditStats) -> bool:
     return any(op.module == module and op.grad_param for op in stats.ops)
 
 
-def _finding(module: str | None, params, stats: AuditStats) -> Finding:
+def _rebuilt(cut: Cut, module: str | None, stats: AuditStats) -> tuple[str, Cause | None]:
+    """The message's account of a rebuilt leaf (the prediction or inputs, and the nearest
+    earlier cut on the lines before it that its values may come from), and the cause: its line."""
+    prediction = cut.kind.endswith(":prediction")
+    role = "the prediction" if prediction else "inputs"
+    earlier = [c for c in stats.cuts if _kind(c) in (ops.calls.DETACH, ops.calls.DATA, ops.calls.NUMPY,
+                                                     ops.calls.ITEM, ops.calls.TOLIST)
+               and c.source is not None and cut.source is not None and c.source.file == cut.source.file
+               and c.source.line < cut.source.line and any(_related(p, module) for p in c.producer)]
+    origin = ""
+    if earlier:
+        nearest = max(earlier, key=lambda c: c.source.line)
+        origin = f" (taken out of the graph by {ops.calls.cut_kind(nearest.kind).what} at line {nearest.source.line})"
+    what = (f"{role}, rebuilt here as a new tensor with requires_grad=True from detached values{origin}: "
+            "no parameter is behind it")
+    label = "the prediction rebuilt from detached values here" if prediction else "inputs built here"
+    return what, Cause.at(cut.source, label)
+
+
+def _finding(module: str | None, params, stats: AuditStats, none_trained: bool = False) -> Finding:
     names = ", ".join(p.name for p in params)
     count = sum(_numel(p.shape) for p in params)
-    cut = _find_cut(module, stats)
+    cut = _find_cut(module, stats, none_trained)
+    cause = None
     head = (f"{names} ({count} values, trainable) received no gradient in any of the "
             f"{stats.steps} observed steps")
     if cut is not None:
@@ -85,7 +116,11 @@ def _finding(module: str | None, params, stats: AuditStats) -> Finding:
         what, fix = kind.what, kind.fix
         if _kind(cut) == ops.calls.NONDIFF:
             what = f"{cut.kind.split(':')[1]}, whose output has no gradient"
+        if _kind(cut) == ops.calls.REBUILT:
+            what, cause = _rebuilt(cut, module, stats)
         message = f"{head}: the path to the loss is cut by {what} here."
+        if cause is not None:
+            message = f"{head}: the loss reaches {what}."
         source, op = cut.source, cut.kind
     elif _cleared(module, stats):
         message = (f"{head}: backward() did compute gradients for them, but .grad was empty again when "
@@ -110,7 +145,7 @@ def _finding(module: str | None, params, stats: AuditStats) -> Finding:
     evidence = {"parameters": [p.name for p in params], "values": count,
                 "cut": None if cut is None else cut.kind}
     return Finding("no-gradient-path", "LK108", Severity.ERROR, message, fix, module, op, source, None,
-                   evidence)
+                   evidence, cause=cause)
 
 
 def _numel(shape) -> int:

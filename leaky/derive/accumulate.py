@@ -36,6 +36,7 @@ class SiteSums:
     n_gain: int = 0
     nonzero_in: float = 0.0              # arriving nonzero elements, summed over the steps counted
     zeroed: float = 0.0                  # ... of them that left this op as exactly 0
+    zero_steps: int = 0                  # the steps those were counted on
     profile: list[tuple[int, float]] = field(default_factory=list)   # last step: (creation order, norm in)
     half_zero: float = 0.0               # low-precision gradients arriving: exact zeros,
     half_subnormal: float = 0.0          # ... subnormals,
@@ -55,6 +56,7 @@ class SiteStep:
     profile: list[tuple[int, float]] = field(default_factory=list)
     nonzero_in: float = 0.0
     zeroed: float = 0.0
+    counted: bool = False
     half_zero: float = 0.0
     half_subnormal: float = 0.0
     half_numel: int = 0
@@ -72,6 +74,7 @@ class SiteStep:
         if counts is not None:
             self.nonzero_in += counts[0]
             self.zeroed += max(0.0, counts[0] - counts[1])
+            self.counted = True
         half = host.low_precision_counts(rec)
         if half is not None:
             self.half_zero += half[0]
@@ -155,6 +158,7 @@ class StepFolder:
     def _fold(self, acc: SiteSums, step: SiteStep) -> None:
         acc.nonzero_in += step.nonzero_in
         acc.zeroed += step.zeroed
+        acc.zero_steps += step.counted
         acc.half_zero += step.half_zero
         acc.half_subnormal += step.half_subnormal
         acc.half_numel += step.half_numel

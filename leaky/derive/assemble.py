@@ -110,7 +110,8 @@ class Assembly:
             nonzero_in=acc.nonzero_in, profile=tuple(n for _, n in acc.profile) if acc.profile else None,
             detail=dict(site.detail), out_rms=builder.first_rms.get(site.index),
             underflow_share=acc.half_zero / acc.half_numel if acc.half_numel else None,
-            subnormal_share=acc.half_subnormal / acc.half_numel if acc.half_numel else None)
+            subnormal_share=acc.half_subnormal / acc.half_numel if acc.half_numel else None,
+            zero_steps=acc.zero_steps, loss_path=site.loss_path)
 
     def _activation_stats(self, site: int, units: UnitStats, by_site) -> ActivationStats:
         builder, config = self.builder, self.recorder.config

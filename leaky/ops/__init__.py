@@ -94,6 +94,13 @@ def zeros_on_purpose(node: str) -> bool:
     return act is None or not (act.derivative_share is not None or act.rows)
 
 
+def mixes(node: str) -> bool:
+    """The node is a matrix product or a convolution: the gradient of each output element
+    reaches many input elements, so a zero below it is one path among many (LK106)."""
+    found = node_rule(node)
+    return found is not None and found.mixes
+
+
 def passes_gradient(node: str) -> bool:
     """A node of a chain that carries a parameter's gradient on to AccumulateGrad unchanged in
     meaning (a transpose, a view, an autocast copy)."""

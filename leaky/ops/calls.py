@@ -27,7 +27,12 @@ DETACH, DATA, NUMPY, ITEM, TOLIST = "detach", "data", "numpy", "item", "tolist"
 NO_GRAD = "no_grad"          # an op on a trainable parameter under torch.no_grad()
 NONDIFF = "nondiff"          # an op whose output has no gradient though its inputs had one ("nondiff:<op>")
 LEAF = "leaf_loss"           # backward() on a leaf tensor: every path before it is cut
+REBUILT = "rebuilt_leaf"     # a new leaf with requires_grad=True that a loss reached (not trained by an optimizer)
 CUT_KINDS: dict[str, CutKind] = {
+    REBUILT: CutKind("a new tensor built from detached values with requires_grad=True", "Compute the "
+                     "prediction with torch ops on the model's output (keep its graph): torch.tensor(...), "
+                     "torch.from_numpy(...) and .requires_grad_() make a new leaf that no parameter is behind, "
+                     "so requires_grad=True only hides the cut."),
     DETACH: CutKind(".detach()", "Remove the .detach() (detach only what must not be trained, e.g. a "
                     "target); if you need numpy, compute it from a detached copy next to the graph, not in it."),
     DATA: CutKind(".data", "Use the parameter itself (self.fc.weight), not .data: .data hides the op from "
@@ -44,6 +49,12 @@ CUT_KINDS: dict[str, CutKind] = {
                   "(setting loss.requires_grad = True hides the cut): find where the graph was cut before "
                   "the loss and keep the loss a function of the model's outputs."),
 }
+# the calls that can make a new leaf that requires grad (from data, numpy, a list or a
+# detached tensor): where the script built one is where LK108 points when a loss reaches it
+LEAF_MAKERS = frozenset({
+    "tensor", "as_tensor", "asarray", "from_numpy", "requires_grad_", "zeros", "ones", "full", "empty", "rand",
+    "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "arange",
+    "linspace", "eye"})
 # the calls that make a cut (by the name the mode sees), and the kind of each
 CUTS = {"detach": DETACH, "detach_": DETACH, "numpy": NUMPY, "item": ITEM, "tolist": TOLIST}
 # nn.init's functions (they run their writes under no_grad, so the mode sees their call first)
@@ -63,4 +74,4 @@ def cut_kind(kind: str) -> CutKind:
 
 def vocabulary() -> frozenset[str]:
     """The calls only leaky/ops spells out (metadata reads aside: they are ordinary words)."""
-    return frozenset(CUTS) | INIT_WRITES
+    return frozenset(CUTS) | INIT_WRITES | {"from_numpy", "requires_grad_", "as_tensor"}

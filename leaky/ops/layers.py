@@ -17,9 +17,12 @@ register(OpRule("linear", (), (), layer=LINEAR, matmul=True))
 register(OpRule("bilinear", (), (), layer=LINEAR))
 for _name in ("conv1d", "conv2d", "conv3d"):
     register(OpRule(_name, (), (), layer=CONV))
-register(OpRule("convolution", (), ("ConvolutionBackward",), feeds_units=True))
-for _name in ("matmul", "mm", "addmm", "bmm", "baddbmm", "einsum"):
-    register(OpRule(_name, (), (), matmul=True))
+register(OpRule("convolution", (), ("ConvolutionBackward",), feeds_units=True, mixes=True))
+# NOTE: the nodes a matrix product becomes (F.linear is an addmm, or an mm without bias):
+# LK106 asks whether one lies between a dead zone and the loss (ops.mixes).
+for _name, _nodes in (("matmul", ()), ("mm", ("MmBackward",)), ("addmm", ("AddmmBackward",)),
+                      ("bmm", ("BmmBackward",)), ("baddbmm", ("BaddbmmBackward",)), ("einsum", ())):
+    register(OpRule(_name, (), _nodes, matmul=True, mixes=True))
 register(OpRule("batch_norm", (), ("NativeBatchNormBackward",), normaliser=(3, 4), feeds_units=True))
 # NOTE: cuDNN's batch norm node saves other tensors than the native one: its output is
 # checked in full, but its channels are still units.

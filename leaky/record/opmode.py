@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 _METADATA = ops.calls.METADATA   # calls that only read metadata: pass straight through
 _CUTS = ops.calls.CUTS           # calls that leave the graph, and the kind of cut
 _NN_INIT = ops.calls.NN_INIT
+_LEAF_MAKERS = ops.calls.LEAF_MAKERS   # calls that can build a new leaf that requires grad
 _DATA = torch.Tensor.data   # `.data` reaches us as this descriptor's (freshly bound) __get__
 
 
@@ -84,6 +85,8 @@ class OpMode(TorchFunctionMode):
                 rec.guarded(rec.note_loss_failure, name, args, kwargs, exc)
             raise
         try:
+            if name in _LEAF_MAKERS and isinstance(out, Tensor) and out.requires_grad and out.grad_fn is None:
+                rec.note_made_leaf(out)
             if not torch.is_grad_enabled():
                 rec.note_no_grad(name, args)
                 return out

@@ -24,6 +24,7 @@ from leaky.record.forward import ForwardProbes
 from leaky.record.provenance import Provenance
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, leads_to_param
+from leaky.record.leaves import MadeLeaf, MadeLeaves
 from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
@@ -92,6 +93,7 @@ class Recorder(StepTracking):
         self.functions = FunctionWatch(self)
         self.compiled = CompiledCalls(self)
         self.cuts: dict[tuple, CutEvent] = {}
+        self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
         self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
         self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -440,6 +442,23 @@ class Recorder(StepTracking):
         """backward() on a tensor that is a leaf: nothing before it can get a gradient
         (typically `loss.requires_grad = True` after the graph was cut)."""
         self._add_cut(ops.calls.LEAF, ())
+
+    def note_made_leaf(self, tensor: Tensor) -> None:
+        """The script built a new leaf that requires grad (torch.tensor(..., requires_grad=True),
+        .requires_grad_()); the modules behind the cuts on the same line are what it rebuilds."""
+        if isinstance(tensor, nn.Parameter) or not tensor.is_leaf:
+            return
+        where = self.locator.locate()
+        if where is None:
+            return
+        producers = tuple(dict.fromkeys(p for c in self.cuts.values() if c.where is not None
+                                        and c.where[:2] == where[:2] for p in c.producer))
+        self.leaves.note(tensor, where, self.modules.current, self.step, producers)
+
+    def _leaf_reached(self, leaf: MadeLeaf) -> None:
+        kind = f"{ops.calls.REBUILT}:{'prediction' if leaf.prediction else 'inputs'}"
+        key = (kind, leaf.producers, leaf.where, leaf.module)
+        self.cuts.setdefault(key, CutEvent(kind, leaf.producers, leaf.module, leaf.where, leaf.step))
 
     def _producer_modules(self, tensor: Tensor, depth: int = 8) -> tuple[int | None, ...]:
         """The modules whose ops produced this tensor, nearest first, through its ancestry."""

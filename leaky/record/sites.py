@@ -72,6 +72,7 @@ class Site:
     line: int | None
     first_seq: int               # creation order of its first node: forward order
     detail: dict[str, Any] = field(default_factory=dict)
+    loss_path: bool = False      # reached from a loss with no layer between (record/loss_path.py)
 
 
 class SiteTable:

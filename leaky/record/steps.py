@@ -14,6 +14,7 @@ from torch import Tensor
 
 from leaky import ops
 from leaky.record import distributed
+from leaky.record.loss_path import loss_path_sites
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
 COUPLING_STEPS = 100         # steps on which whose-loss-reaches-whom is probed, sampled or not
@@ -41,6 +42,11 @@ class StepTracking:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
                     self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
             self._probe_old_grads()
+        if isinstance(tensor, Tensor) and tensor.grad_fn is not None and self.observing:
+            sites, leaves = loss_path_sites(tensor.grad_fn, self._mark)
+            for site in sites:
+                self.sites.sites[site].loss_path = True
+            self.leaves.on_loss_path(leaves)
         if self.backward_at is None:
             self.backward_at = self.locator.locate()
         self._zeroed_since_backward.clear()
@@ -213,6 +219,7 @@ class StepTracking:
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
+        self.leaves.settle()
         sampled = self.observing or bool(self.buffer.records)
         total = self._flush() if sampled else None
         optimizer = self.last_optimizer if self.saw_optimizer else None

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from leaky.zoo._base import Example, batches, data_generator, teacher_classification
-from leaky.zoo.karpathy import GAMMA, QNet, ReluMLP, SigmoidMLP, raw_features, transitions
+from leaky.zoo.karpathy import (GAMMA, QNet, ReluMLP, SigmoidMLP, raw_features, run_dqn_clamped_td_small_rewards,
+                                transitions)
 
 FILE = __file__
 
@@ -307,6 +308,72 @@ def run_bce_with_logits(steps: int = 20, seed: int = 0) -> list[float]:
     return losses
 
 
+# ---------------------------------------------------------------------------------------
+# Clamps that look like LK106 and are not: one in a hidden layer that bounds a few
+# pre-activations (the next layer still mixes every unit), and one that keeps a prediction
+# in its valid range and rarely binds (targets inside the range).
+# ---------------------------------------------------------------------------------------
+
+def run_dqn_small_rewards_huber(steps: int = 20, seed: int = 0) -> list[float]:
+    return run_dqn_clamped_td_small_rewards(steps, seed, huber=True)
+
+
+class BoundedHidden(nn.Module):
+    """16 -> 64 -> clamp(-1, 1) -> tanh -> 1: the clamp bounds the larger pre-activations (~10%)."""
+
+    def __init__(self, d_in: int = 16, width: int = 64) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.fc2 = nn.Linear(width, 1)
+
+    def forward(self, x):
+        h = self.fc1(x).clamp(-1.0, 1.0)
+        return self.fc2(torch.tanh(h)).squeeze(-1)
+
+
+class ShareRegressor(nn.Module):
+    """A share in [0, 1]: 16 -> 64 -> ReLU -> 1, clamped to its valid range."""
+
+    def __init__(self, d_in: int = 16, width: int = 64) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, width)
+        self.fc2 = nn.Linear(width, 1)
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.constant_(self.fc2.bias, 0.5)   # start in the middle of the range
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x))).squeeze(-1).clamp(0.0, 1.0)
+
+
+def _regress(model: nn.Module, y_of, steps: int, seed: int) -> list[float]:
+    gen = data_generator(seed)
+    x_all = torch.randn(1024, 16, generator=gen)
+    y_all = y_of(x_all, gen)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(1024, 64, step)
+        loss = F.mse_loss(model(x_all[rows]), y_all[rows])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def run_hidden_clamp(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    w = torch.randn(16, generator=data_generator(seed + 100)) / 4.0
+    return _regress(BoundedHidden(), lambda x, gen: torch.tanh(x @ w) + 0.1 * torch.randn(len(x), generator=gen),
+                    steps, seed)
+
+
+def run_clamped_output_range(steps: int = 20, seed: int = 0) -> list[float]:
+    torch.manual_seed(seed)
+    w = torch.randn(16, generator=data_generator(seed + 100)) / 4.0
+    return _regress(ShareRegressor(), lambda x, gen: 0.05 + 0.9 * torch.sigmoid(x @ w), steps, seed)
+
+
 def _healthy(name: str, title: str, run) -> Example:
     return Example(name=name, title=title, run=run, expect=(), healthy=True, file=FILE)
 
@@ -322,6 +389,12 @@ EXAMPLES = [
              run_frozen_backbone),
     _healthy("clamp-no-grad", "Regression whose clamps (targets, metric, weights) all run under no_grad",
              run_clamp_no_grad),
+    _healthy("dqn-small-rewards-huber", "DQN with rewards of scale 1 and smooth_l1_loss (fix of "
+             "dqn-clamped-td-small-rewards)", run_dqn_small_rewards_huber),
+    _healthy("hidden-clamp", "Regression whose hidden layer clamps its larger pre-activations to [-1, 1]",
+             run_hidden_clamp),
+    _healthy("clamped-output-range", "A share regressed in [0, 1] whose prediction is clamped to the range "
+             "(rarely binding)", run_clamped_output_range),
     _healthy("bce-with-logits", "Binary classifier with BCEWithLogitsLoss; sigmoid only for accuracy",
              run_bce_with_logits),
 ]

@@ -216,7 +216,7 @@ class QNet(nn.Module):
         return self.fc3(h)
 
 
-def transitions(n: int, gen: torch.Generator, reward_scale: float = 10.0):
+def transitions(n: int, gen: torch.Generator, reward_scale: float = 10.0, noise: float = 1.0):
     """A replay buffer of synthetic transitions (s, a, r, s', done).
 
     The reward is a learnable function of (s, a) of scale 10 plus unit noise, so most TD
@@ -224,7 +224,7 @@ def transitions(n: int, gen: torch.Generator, reward_scale: float = 10.0):
     """
     s = torch.randn(n, 8, generator=gen)
     a = torch.randint(0, 4, (n,), generator=gen)
-    r = reward_scale * torch.tanh(s.gather(1, a[:, None]).squeeze(1)) + torch.randn(n, generator=gen)
+    r = reward_scale * torch.tanh(s.gather(1, a[:, None]).squeeze(1)) + noise * torch.randn(n, generator=gen)
     s2 = torch.randn(n, 8, generator=gen)
     done = (torch.rand(n, generator=gen) < 0.1).float()
     return s, a, r, s2, done
@@ -252,6 +252,40 @@ def run_dqn_clamped_td(steps: int = 20, seed: int = 0) -> list[float]:
         td = q - target
         td = torch.clamp(td, -1.0, 1.0)  # LK106-clamp
         loss = td.pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+# ---------------------------------------------------------------------------------------
+# dqn-clamped-td-small-rewards: the same clamp, with rewards of scale 1 (CleanRL-like)
+#
+# With rewards of scale 1 and PyTorch's default init only ~20% of the TD errors start
+# outside [-1, 1], and fewer as Q fits (~10% over 200 steps, ~6% at the end): below the 25%
+# a hidden dead zone needs. But the clamp sits between the Q-network's output and the loss,
+# so each zeroed element is one transition that teaches the network nothing.
+# ---------------------------------------------------------------------------------------
+
+def run_dqn_clamped_td_small_rewards(steps: int = 20, seed: int = 0, huber: bool = False) -> list[float]:
+    torch.manual_seed(seed)
+    qnet = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    target_net = copy.deepcopy(qnet)
+    gen = data_generator(seed)
+    s_all, a_all, r_all, s2_all, done_all = transitions(1024, gen, reward_scale=1.0, noise=0.5)
+    opt = torch.optim.Adam(qnet.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(1024, 64, step)
+        s, a, r, s2, done = s_all[rows], a_all[rows], r_all[rows], s2_all[rows], done_all[rows]
+        q = qnet(s).gather(1, a[:, None]).squeeze(1)
+        with torch.no_grad():
+            target = r + 0.9 * (1.0 - done) * target_net(s2).max(dim=1).values
+        if huber:
+            loss = F.smooth_l1_loss(q, target)   # the fix: gradient clipped to ±1, never zeroed
+        else:
+            loss = (q - target).clamp(-1.0, 1.0).pow(2).mean()  # LK106-td-clamp
+        opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -293,6 +327,16 @@ EXAMPLES = [
         expect=(Expect("LK106", None, "LK106-clamp"),),
         healthy=False,
         fixed_by="dqn-huber",
+        file=FILE,
+    ),
+    Example(
+        name="dqn-clamped-td-small-rewards",
+        title="DQN with rewards of scale 1 and the TD error clamped to [-1, 1]: 10-20% of transitions get zero "
+              "gradient, on the loss path",
+        run=run_dqn_clamped_td_small_rewards,
+        expect=(Expect("LK106", None, "LK106-td-clamp"),),
+        healthy=False,
+        fixed_by="dqn-small-rewards-huber",
         file=FILE,
     ),
 ]

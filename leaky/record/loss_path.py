@@ -1,0 +1,44 @@
+"""The ops between the model's output and the loss: where a dead zone drops whole outputs.
+
+A zero a clamp puts into a hidden activation's gradient is one path among many: the next
+layer's matrix product spreads each output's gradient over every unit, and the sample
+still reaches the parameters through the other units. Between the last layer and the loss
+there is no such spread: each element there is one output of one sample (a TD error, a
+prediction), and its gradient has no other way back. A dead zone there drops that output's
+whole learning signal (LK106 judges it on its own, lower threshold).
+
+At each sampled backward() this walks the loss's graph from its node toward the inputs
+and stops at the first node that holds a trainable tensor (a layer, or a leaf the
+optimizer trains) or mixes elements (a matrix product or a convolution, frozen ones
+too): the sites it reaches before that, whose backward can zero elements, are on the loss
+path. The walk is bounded (`BUDGET` nodes) and reads only the graph, never a value.
+"""
+from __future__ import annotations
+
+from leaky import ops
+from leaky.record.gradients import can_zero, leads_to_param
+
+BUDGET = 256   # nodes visited per backward() at most: the loss computation is a few ops
+
+
+def loss_path_sites(root, mark) -> tuple[set[int], set[int]]:
+    """The sites (by `node.metadata[mark]`) of zeroing nodes reached from `root` before any
+    layer: nothing that mixes elements or feeds a trainable tensor lies between them and it;
+    and the ids of the leaves reached so (a prediction rebuilt as a leaf, record/leaves.py)."""
+    found: set[int] = set()
+    leaves: set[int] = set()
+    stack, seen = [root], set()
+    while stack and len(seen) < BUDGET:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        children = [fn for fn, _ in node.next_functions if fn is not None]
+        site = node.metadata.get(mark)
+        if site is not None and can_zero(node):
+            found.add(site)
+        leaves.update(id(fn.variable) for fn in children if type(fn).__name__ == ops.ACCUMULATE)
+        if ops.mixes(type(node).__name__) or any(leads_to_param(fn) for fn in children):
+            continue   # a layer: below it, each element is one path among many
+        stack.extend(children)
+    return found, leaves
