@@ -241,3 +241,21 @@ def test_lk202_too_slow_unit():
 def test_lk202_too_slow_is_judged_only_where_lr_alone_sets_the_step():
     # SGD's step is lr·||g||: a small one may be a small gradient (a converged model)
     assert [f for f in findings_of("LK202", _slow_stats("SGD", FLAT, bound=1e-7)) if f.severity is not Severity.INFO] == []
+
+
+DETACHED = """
+import torch, torch.nn as nn, torch.nn.functional as F
+x = torch.randn(256, 8); y = torch.randint(0, 3, (256,))
+enc = nn.Linear(8, 16); head = nn.Linear(16, 3)
+opt = torch.optim.Adam(list(enc.parameters()) + list(head.parameters()), lr=1e-3)
+for step in range(10):
+    h = torch.relu(enc(x)).detach()  # MARK: cut
+    loss = F.cross_entropy(head(h), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_a_cut_path_names_the_cut(tmp_path):
+    script, marks = _script(tmp_path, "train.py", DETACHED)
+    (finding,) = _with(_audit(tmp_path, script), "LK108")
+    assert finding["cause"] == {"file": str(script), "line": marks["cut"], "what": "the gradient path cut here by .detach()"}

@@ -160,7 +160,7 @@ def test_unit_a_rebuilt_leaf_of_unknown_origin_does_not_explain_a_cut_when_other
     rebuilt = cut(kind="rebuilt_leaf:inputs", producer=(), source=source(line=12))
     detach = cut(kind="detach", producer=("fc",), source=source(line=20))
     finding = fires("LK108", _cut_off(rebuilt, detach, trained=True))
-    assert finding.source.line == 20 and finding.cause is None
+    assert finding.source.line == 20 and finding.cause.line == 20   # the detach, not the rebuilt leaf
 
 
 def test_unit_a_rebuilt_leaf_with_nothing_cut_off_is_quiet():

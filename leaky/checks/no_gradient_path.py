@@ -118,8 +118,10 @@ def _finding(module: str | None, params, stats: AuditStats, none_trained: bool =
             what = f"{cut.kind.split(':')[1]}, whose output has no gradient"
         if _kind(cut) == ops.calls.REBUILT:
             what, cause = _rebuilt(cut, module, stats)
+        else:
+            cause = Cause.at(cut.source, f"the gradient path cut here by {what}")
         message = f"{head}: the path to the loss is cut by {what} here."
-        if cause is not None:
+        if _kind(cut) == ops.calls.REBUILT and cause is not None:
             message = f"{head}: the loss reaches {what}."
         source, op = cut.source, cut.kind
     elif _cleared(module, stats):
