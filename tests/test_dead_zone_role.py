@@ -158,3 +158,37 @@ def test_unit_a_share_counted_on_some_steps_says_so():
     finding = fires("LK106", _zone("clamp", 0.4, False, zero_steps=25))
     assert "summed over the 25 of its 100 observed steps whose zeros were counted" in finding.message
     assert finding.evidence["steps_counted"] == 25
+
+
+# -- a trust region by design: PPO's clipped surrogate and clipped value loss ------------------
+def test_ppo_clipping_set_against_its_unclipped_self_is_not_a_loss_path_dead_zone():
+    torch.manual_seed(0)
+    obs = torch.randn(512, 6)
+    actions = torch.randint(0, 3, (512,))
+    advantages = torch.randn(512)
+    returns = torch.randn(512)
+    actor = nn.Sequential(nn.Linear(6, 64), nn.Tanh(), nn.Linear(64, 3))
+    critic = nn.Sequential(nn.Linear(6, 64), nn.Tanh(), nn.Linear(64, 1))
+    with torch.no_grad():
+        old_logp = torch.log_softmax(actor(obs), -1).gather(1, actions[:, None]).squeeze(1)
+        old_values = critic(obs).squeeze(1)
+    opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=3e-3)
+    clip = 0.2
+    with leaky.audit(steps=None) as audit:
+        for epoch in range(8):                       # several epochs on one rollout: ratios leave [0.8, 1.2]
+            for rows in torch.randperm(512).split(64):
+                logp = torch.log_softmax(actor(obs[rows]), -1).gather(1, actions[rows, None]).squeeze(1)
+                ratio = (logp - old_logp[rows]).exp()
+                adv = advantages[rows]
+                pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+                value = critic(obs[rows]).squeeze(1)
+                clipped = old_values[rows] + torch.clamp(value - old_values[rows], -clip, clip)
+                v_loss = 0.5 * torch.max((value - returns[rows]) ** 2, (clipped - returns[rows]) ** 2).mean()
+                loss = pg_loss + 0.5 * v_loss
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    clamps = _zone_ops(audit.stats)
+    assert clamps and max(o.zeroed_share for o in clamps) > AuditConfig().dead_zone_loss_warning   # not vacuous
+    assert not any(o.loss_path for o in clamps)
+    assert [f for f in audit.report.by_code("LK106") if f.severity is not Severity.INFO] == []

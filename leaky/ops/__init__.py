@@ -94,6 +94,12 @@ def zeros_on_purpose(node: str) -> bool:
     return act is None or not (act.derivative_share is not None or act.rows)
 
 
+def chooses(node: str) -> bool:
+    """An elementwise max/min of two tensors: each element takes one branch's gradient."""
+    found = node_rule(node)
+    return found is not None and found.chooses
+
+
 def mixes(node: str) -> bool:
     """The node is a matrix product or a convolution: the gradient of each output element
     reaches many input elements, so a zero below it is one path among many (LK106)."""

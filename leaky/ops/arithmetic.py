@@ -16,8 +16,11 @@ SCALED_LOSS_NODE = "MulBackward0"
 # NOTE: "Mul" as torch's own node prefix: MulBackward0/1 (and the multi-margin losses' nodes).
 register(OpRule("mul", (), ("Mul",), "d/dx (x * m) = m", counts_zeros=True))
 register(OpRule("abs", (), ("AbsBackward",), "d/dx |x| = sign(x), 0 at x = 0", counts_zeros=True))
-register(OpRule("maximum", (), ("MaximumBackward",), counts_zeros=True))
-register(OpRule("minimum", (), ("MinimumBackward",), counts_zeros=True))
+# NOTE: torch.max(a, b) / torch.min(a, b) elementwise choose a branch per element: a clamp
+# on one branch, set against the unclipped other (PPO's clipped surrogate and value loss),
+# is a trust region by design; the branch chosen carries the signal (LK106, `chooses`).
+register(OpRule("maximum", (), ("MaximumBackward",), counts_zeros=True, chooses=True))
+register(OpRule("minimum", (), ("MinimumBackward",), counts_zeros=True, chooses=True))
 register(OpRule("log", (), ("LogBackward",), "d/dx log(x) = 1/x", detail=LOG_INPUT, extra={"of_normaliser": (
     "log(softmax(x)) underflows: softmax rounds small probabilities to 0 and log(0) = −inf",
     "Use torch.log_softmax(x, dim) or pass the logits to F.cross_entropy, which computes "

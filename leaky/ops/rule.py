@@ -87,6 +87,7 @@ class OpRule:
     layer: str | None = None                      # "linear" | "conv": a layer with a weight argument
     matmul: bool = False                          # a matrix product (a recurrence's W_hh @ h)
     mixes: bool = False                           # each output's gradient reaches many inputs (matmul, conv)
+    chooses: bool = False                         # elementwise max/min of two tensors: picks a branch per element
     normaliser: tuple[int, int] | None = None     # batch/layer/group norm: weight and bias positions
     output_range: tuple[float, float] | None = None   # a bounded output (sigmoid [0, 1], tanh [-1, 1])
     normalises: bool = False                      # applies the normalisation a logits loss applies again

@@ -11,7 +11,9 @@ At each sampled backward() this walks the loss's graph from its node toward the 
 and stops at the first node that holds a trainable tensor (a layer, or a leaf the
 optimizer trains) or mixes elements (a matrix product or a convolution, frozen ones
 too): the sites it reaches before that, whose backward can zero elements, are on the loss
-path. The walk is bounded (`BUDGET` nodes) and reads only the graph, never a value.
+path. Below an elementwise max/min of two branches (`torch.max(loss1, loss2)`) nothing is:
+a clamp set against its unclipped self there is a trust region by design (PPO's clipped
+surrogate and value loss), and the branch chosen carries each element's signal. The walk is bounded (`BUDGET` nodes) and reads only the graph, never a value.
 """
 from __future__ import annotations
 
@@ -27,18 +29,20 @@ def loss_path_sites(root, mark) -> tuple[set[int], set[int]]:
     and the ids of the leaves reached so (a prediction rebuilt as a leaf, record/leaves.py)."""
     found: set[int] = set()
     leaves: set[int] = set()
-    stack, seen = [root], set()
+    stack, seen = [(root, False)], set()
     while stack and len(seen) < BUDGET:
-        node = stack.pop()
+        node, chosen = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
         children = [fn for fn, _ in node.next_functions if fn is not None]
+        name = type(node).__name__
         site = node.metadata.get(mark)
-        if site is not None and can_zero(node):
+        chooser = ops.chooses(name)
+        if site is not None and can_zero(node) and not chosen and not chooser:
             found.add(site)
         leaves.update(id(fn.variable) for fn in children if type(fn).__name__ == ops.ACCUMULATE)
-        if ops.mixes(type(node).__name__) or any(leads_to_param(fn) for fn in children):
+        if ops.mixes(name) or any(leads_to_param(fn) for fn in children):
             continue   # a layer: below it, each element is one path among many
-        stack.extend(children)
+        stack.extend((fn, chosen or chooser) for fn in children)
     return found, leaves
