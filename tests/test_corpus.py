@@ -36,7 +36,8 @@ def _alarms(report: dict) -> list[str]:
 
 
 HEALTHY = ["lbfgs_closure.py", "gan_two_optimizers.py", "dqn_target_network.py", "bigram_slow.py",
-           "actor_critic_one_agent.py", "dataloader_workers.py", "warm_restarts.py", "lightning_classifier.py",
+           "actor_critic_one_agent.py", "dataloader_workers.py", "warm_restarts.py", "manual_sgd_lstm.py",
+           "lightning_classifier.py",
            "hf_trainer_gpt2.py"]
 # the frameworks a program needs (installed with leaky[integrations], as CI does)
 NEEDS = {"lightning_classifier.py": "lightning", "hf_trainer_gpt2.py": "transformers"}

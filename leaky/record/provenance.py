@@ -16,15 +16,14 @@ from typing import Any, Callable
 from torch import Tensor
 
 
-def _first_tensor(args: tuple) -> Tensor | None:
+def _tensors(args: tuple) -> list[Tensor]:
+    found = []
     for arg in args:
         if isinstance(arg, Tensor):
-            return arg
-        if isinstance(arg, (tuple, list)):
-            for item in arg:
-                if isinstance(item, Tensor):
-                    return item
-    return None
+            found.append(arg)
+        elif isinstance(arg, (tuple, list)):
+            found.extend(item for item in arg if isinstance(item, Tensor))
+    return found
 
 
 class Provenance:
@@ -35,17 +34,26 @@ class Provenance:
         self._made: dict[int, tuple[weakref.ref, Any]] = {}
 
     def note(self, args: tuple, outputs: list[Tensor]) -> None:
-        source = _first_tensor(args)
-        if source is not None and source.requires_grad:
+        tensors = _tensors(args)
+        if any(t.requires_grad for t in tensors):
             return                       # a cut from the graph (LK108's business), not data
-        # NOTE: data made before the observation began (or by calls we do not see) has no
-        # known origin, and neither has what is made from it: the line of its first use here
-        # would be a wrong answer to "where were the inputs built".
-        where = self._locate() if source is None else self.origin_of(source)
-        if where is None:
+        # NOTE: what the data is made of: the first tensor (X in X[idx], X.float()) and any
+        # other floating one (brightness + noise); an integer index is not data.
+        sources = tensors[:1] + [t for t in tensors[1:] if t.is_floating_point()]
+        origins = [self.origin_of(t) for t in sources]
+        if not sources:
+            where = self._locate()       # made from no tensor: a list, a NumPy array, a factory
+        elif None in origins:
+            # NOTE: data made before the observation began (or by calls we do not see) has no
+            # known origin, and neither has what is made from it: the line of its first use
+            # here would be a wrong answer to "where were the inputs built".
             return
+        elif len(set(origins)) == 1:
+            where = origins[0]           # the same data, indexed, cast or reshaped
+        else:
+            where = self._locate()       # data combined from several made here
         for out in outputs:
-            if out is not source:
+            if all(out is not t for t in tensors):
                 self._remember(out, where)
 
     def _remember(self, tensor: Tensor, where: Any) -> None:

@@ -28,7 +28,14 @@ class StepTracking:
         if self._backward_ends_step():
             self.guarded(self._end_step)
         self.guarded(self._note_backward, tensor)
-        return original(tensor, *args, **kwargs)
+        out = original(tensor, *args, **kwargs)
+        if self.active and not self.saw_optimizer and self._no_optimizer():
+            # NOTE: with no optimizer the step is this backward: it ends here, while .grad
+            # holds what it computed. A loop that updates by hand (p.data -= lr * p.grad)
+            # and calls model.zero_grad() before its next backward would otherwise be seen
+            # with every gradient already cleared.
+            self.guarded(self._end_step)
+        return out
 
     def _note_backward(self, tensor) -> None:
         if isinstance(tensor, Tensor) and tensor.requires_grad and tensor.grad_fn is None and self.observing:
@@ -106,10 +113,16 @@ class StepTracking:
         """
         if self.saw_optimizer or not self._calls_since_step:
             return False
+        return self._no_optimizer() or self._calls_since_step >= _MAX_CALLS_PER_STEP
+
+    def _no_optimizer(self) -> bool:
+        """No live optimizer holds the parameters seen (looked up once, after a backward)."""
         if self._optimizer_exists is None:
             trained = {id(p) for p in self.params.tracked()}
-            self._optimizer_exists = bool(trained) and _live_optimizer_over(trained)
-        return not self._optimizer_exists or self._calls_since_step >= _MAX_CALLS_PER_STEP
+            if not trained:
+                return False   # nothing seen yet: ask again after the next backward
+            self._optimizer_exists = _live_optimizer_over(trained)
+        return not self._optimizer_exists
 
     def _before_opt_step(self, optimizer, args, kwargs):
         if not self.active:
