@@ -259,3 +259,25 @@ def test_a_cut_path_names_the_cut(tmp_path):
     script, marks = _script(tmp_path, "train.py", DETACHED)
     (finding,) = _with(_audit(tmp_path, script), "LK108")
     assert finding["cause"] == {"file": str(script), "line": marks["cut"], "what": "the gradient path cut here by .detach()"}
+
+
+KILLED = """
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+x = torch.rand(512, 256); y = torch.randint(0, 20, (512,))   # pixels in [0, 1]: every unit moves one way
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 20))
+opt = torch.optim.Adam(model.parameters(), lr=0.1)  # MARK: optimizer
+for step in range(20):
+    i = torch.randint(0, 512, (64,))
+    loss = F.cross_entropy(model(x[i]), y[i])
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_units_killed_by_a_large_update_name_the_learning_rate(tmp_path):
+    script, marks = _script(tmp_path, "train.py", KILLED)
+    dead = [f for f in _with(_audit(tmp_path, script), "LK102", ("info", "warning", "error"))
+            if f["evidence"]["died_during_observation"]]
+    assert dead, "the units must die during the observed steps"
+    assert all(f["cause"] == {"file": str(script), "line": marks["optimizer"],
+                              "what": "the learning rate 0.1 of Adam set here"} for f in dead)
