@@ -91,6 +91,14 @@ class AuditConfig:
     # One output in 20 is likely harm, one in 4 (the worst quarter never learns) an error.
     dead_zone_loss_warning: float = 0.05
     dead_zone_loss_error: float = 0.25
+    # LK307: the first loss is "far above" a neutral output layer's when it is at least this
+    # many times it. At 2x, half of the starting loss is the initialisation's offset, not the
+    # task: cross-entropy over 10 classes starting at 4.6 nats has logits of std ~3 (a
+    # default nn.Linear head gives ~0.5 and starts within 5% of log C).
+    loss_init_factor: float = 2.0
+    # LK307: a neutral loss at or below this (constant targets, a discriminator's all-ones
+    # labels) is not judged: every ratio to it would be huge and none meaningful.
+    loss_init_min_baseline: float = 1e-6
     # LK201: a parameter in the optimizer is "left unchanged" when it had a nonzero gradient
     # and no change at all on every one of at least this many sampled steps.
     stale_min_steps: int = 2

@@ -205,6 +205,9 @@ class LossStats:
     detail: dict[str, Any] = field(default_factory=dict)
     target_low: float | None = None   # float targets' range
     target_high: float | None = None
+    # LK307, the first call: "loss" per element, "neutral" (ops.loss_neutral), "classes",
+    # "target_mean", "target_var", "target_mad" (E|t - mean|), "target_hard" (all 0 or 1)
+    start: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

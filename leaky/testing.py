@@ -225,11 +225,12 @@ def loss_probe(*, site: int = 0, op: str = "cross_entropy", expects: str = "logi
                input_shape: tuple[int, ...] = (32, 10), target_shape: tuple[int, ...] | None = (32,),
                target_dtype: str | None = "int64", low: float | None = None, high: float | None = None,
                target_integral: bool | None = None, failed: str | None = None, detail: dict | None = None,
-               target_low: float | None = None, target_high: float | None = None) -> LossStats:
+               target_low: float | None = None, target_high: float | None = None,
+               start: dict | None = None) -> LossStats:
     """One loss call; by default cross_entropy on [32, 10] logits with int64 class targets."""
     return LossStats(site, op, expects, module, source, input_node, input_site, tuple(input_shape),
                      None if target_shape is None else tuple(target_shape), target_dtype, low, high, target_integral,
-                     failed, dict(detail or {}), target_low, target_high)
+                     failed, dict(detail or {}), target_low, target_high, dict(start or {}))
 
 
 def input_stats(*, site: int = 0, op: str = "linear", module: str | None = "fc", source: Source | None = None,

@@ -146,3 +146,21 @@ def test_lk305_a_backward_that_disagrees_with_finite_differences():
 
 def test_lk305_a_checked_function_that_agrees_is_quiet():
     quiet("LK305", stats(steps=20, functions=(function(name="MyRelu", module="net", checked=True),)))
+
+
+# -- hand-built stats ------------------------------------------------------------------------------
+def _lk307_ce(first: float, classes: int = 10):
+    head = op(site=3, module="head")
+    loss = loss_probe(site=4, input_site=3, start={"neutral": "classes", "loss": first, "classes": classes})
+    return stats(steps=20, ops=(head,), losses_seen=(loss,))
+
+
+def test_lk307_unit():
+    finding = fires("LK307", _lk307_ce(13.3))
+    assert (finding.module, finding.severity) == ("head", Severity.WARNING)
+    assert "5.78× what a neutral output layer scores (2.3: log C = log 10" in finding.message
+    quiet("LK307", _lk307_ce(2.0 * math.log(10) - 0.01))       # just under the factor
+    quiet("LK307", _lk307_ce(13.3, classes=1))                 # no classes to be uniform over
+    moving = stats(steps=20, ops=(op(site=3, module="head"),), target_syncs=(50,),
+                   losses_seen=_lk307_ce(13.3).losses_seen)
+    quiet("LK307", moving)                              # a bootstrapped target: both ends move

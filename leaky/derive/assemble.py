@@ -213,7 +213,8 @@ class Assembly:
                 input_node=probe.input_node, input_site=probe.input_site, input_shape=probe.input_shape,
                 target_shape=probe.target_shape, target_dtype=probe.target_dtype, low=values["low"],
                 high=values["high"], target_integral=values["target_integral"], failed=probe.failed,
-                detail=probe.detail, target_low=values["target_low"], target_high=values["target_high"]))
+                detail=probe.detail, target_low=values["target_low"], target_high=values["target_high"],
+                start=values["start"]))
         inputs = []
         for site, probe in probes.inputs.items():
             mean, std = probe.host()

@@ -83,6 +83,12 @@ def counts_zeros(node: str) -> bool:
     return found is not None and found.counts_zeros
 
 
+def loss_neutral(op: str) -> str | None:
+    """What a neutral output layer scores on this loss (losses.py: classes, prior, mean)."""
+    found = rule(op)
+    return None if found is None else found.extra.get("neutral")
+
+
 def zeros_on_purpose(node: str) -> bool:
     """Its backward sets elements to exactly 0 by design (a ReLU's off units, a clamp's or a
     mask's zone, dropout), not by rounding a smooth derivative (a saturated tanh, sigmoid or

@@ -50,6 +50,7 @@ class LossProbe:
     target_low: Tensor | None = None        # smallest float target seen
     target_high: Tensor | None = None
     failed: str | None = None               # the loss call raised: its message
+    start: dict = field(default_factory=dict)   # LK307, the first call: its loss and target statistics
 
     def update(self, x: Tensor, target: Tensor | None) -> None:
         with torch.no_grad():
@@ -63,11 +64,34 @@ class LossProbe:
                 self.target_low = _running(self.target_low, target.detach().min().float(), torch.minimum)
                 self.target_high = _running(self.target_high, target.detach().max().float(), torch.maximum)
 
+    def first_call(self, op: str, x: Tensor, target, kwargs: dict, out) -> None:
+        """LK307's numbers, once: the loss per element at the first call, and what a neutral
+        output would score on the same targets (ops.loss_neutral), all left on the device."""
+        neutral = ops.loss_neutral(op)
+        if self.start or neutral is None or not isinstance(out, Tensor) or not isinstance(target, Tensor):
+            return
+        with torch.no_grad():
+            value = out.detach().float()
+            count = max(1, (target.numel() if neutral == ops.losses.CLASSES else x.numel()))
+            reduction = kwargs.get("reduction", "mean")
+            loss = value.mean() if reduction == "none" else value.sum() / count if reduction == "sum" else value
+            start = {"neutral": neutral, "loss": loss.reshape(())}
+            if neutral == ops.losses.CLASSES:
+                start["classes"] = int(x.shape[1] if x.ndim >= 2 else x.shape[0])
+            elif target.is_floating_point() or neutral == ops.losses.PRIOR:
+                t = target.detach().double()
+                mean = t.mean()
+                start.update(target_mean=mean, target_var=((t - mean) ** 2).mean(),
+                             target_mad=(t - mean).abs().mean(),
+                             target_hard=((t == 0) | (t == 1)).all())
+        self.start = start
+
     def host(self) -> dict:
         read = lambda t: None if t is None else t.item()  # noqa: E731
+        start = {k: read(v) if isinstance(v, Tensor) else v for k, v in self.start.items()}
         return {"low": read(self.low), "high": read(self.high),
                 "target_integral": read(self.target_integral),
-                "target_low": read(self.target_low), "target_high": read(self.target_high)}
+                "target_low": read(self.target_low), "target_high": read(self.target_high), "start": start}
 
 
 @dataclass
@@ -130,11 +154,11 @@ class ForwardProbes:
         self.inputs: dict[int, InputProbe] = {}
         self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
 
-    def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True) -> None:
+    def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True, out=None) -> None:
         """`averages`: also fold the input's per-feature mean and spread (a watch does it at
         most once every RATE_GAP steps); a loss's extremes are taken at every call."""
         if ops.loss_expects(op) is not None:
-            self._loss(op, site, args, kwargs)
+            self._loss(op, site, args, kwargs, out)
         kind = ops.layer_kind(op)
         if kind is not None and len(args) > 1 and isinstance(args[1], nn.Parameter):
             self._layer(kind, site, args, kwargs, averages)
@@ -161,12 +185,13 @@ class ForwardProbes:
                 str(target.dtype).replace("torch.", "") if isinstance(target, Tensor) else None, detail)
         return probe
 
-    def _loss(self, op: str, site: int, args: tuple, kwargs: dict) -> None:
+    def _loss(self, op: str, site: int, args: tuple, kwargs: dict, out=None) -> None:
         if not args or not isinstance(args[0], Tensor):
             return
         probe = self._probe_for(op, site, args, kwargs)
         target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
         probe.update(args[0], target if isinstance(target, Tensor) else None)
+        probe.first_call(op, args[0], target, kwargs, out)
 
     def _layer(self, kind: str, site: int, args: tuple, kwargs: dict, averages: bool = True) -> None:
         x, weight = args[0], args[1]

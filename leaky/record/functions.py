@@ -17,7 +17,7 @@ from torch.autograd.function import Function
 
 from leaky.record.compiled import outside_graphs
 from leaky.record.gradcheck import GradcheckResult, check_function
-from leaky.record.opmode import _tensors
+from leaky.record.opmode import tensors_in
 
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
@@ -114,7 +114,7 @@ class FunctionWatch:
             self._original = None
 
     def _attribute(self, cls, args, kwargs, out) -> None:
-        outputs = _tensors(out)
+        outputs = tensors_in(out)
         if outputs:
             self.recorder.on_op(cls.__name__, args, kwargs, outputs)
 

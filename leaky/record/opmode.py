@@ -36,7 +36,8 @@ def op_name(func: Any) -> str:
 _REFLECTED = {"radd", "rsub", "rmul", "rtruediv", "rmatmul", "rpow", "iadd", "isub", "imul", "itruediv"}
 
 
-def _tensors(out: Any) -> list[Tensor]:
+def tensors_in(out: Any) -> list[Tensor]:
+    """The tensors of an output or an argument tuple, one level of nesting deep."""
     if isinstance(out, Tensor):
         return [out]
     if isinstance(out, (tuple, list)):
@@ -90,7 +91,7 @@ class OpMode(TorchFunctionMode):
             if not torch.is_grad_enabled():
                 rec.note_no_grad(name, args)
                 return out
-            outputs = _tensors(out)
+            outputs = tensors_in(out)
             if outputs:
                 if outputs[0].grad_fn is None and not outputs[0].requires_grad:
                     rec.note_dropped_grad(op_name(func), args)

@@ -15,15 +15,7 @@ from typing import Any, Callable
 
 from torch import Tensor
 
-
-def _tensors(args: tuple) -> list[Tensor]:
-    found = []
-    for arg in args:
-        if isinstance(arg, Tensor):
-            found.append(arg)
-        elif isinstance(arg, (tuple, list)):
-            found.extend(item for item in arg if isinstance(item, Tensor))
-    return found
+from leaky.record.opmode import tensors_in
 
 
 class Provenance:
@@ -34,7 +26,7 @@ class Provenance:
         self._made: dict[int, tuple[weakref.ref, Any]] = {}
 
     def note(self, args: tuple, outputs: list[Tensor]) -> None:
-        tensors = _tensors(args)
+        tensors = tensors_in(args)
         if any(t.requires_grad for t in tensors):
             return                       # a cut from the graph (LK108's business), not data
         # NOTE: what the data is made of: the first tensor (X in X[idx], X.float()) and any

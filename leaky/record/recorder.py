@@ -264,7 +264,7 @@ class Recorder(StepTracking):
         out = outputs[0]
         if out.is_floating_point() and not ops.selects(op):
             self._check_finite(op, first_site, args, kwargs, outputs)
-        self.probes.observe(op, first_site, args, kwargs, self._count_rates())
+        self.probes.observe(op, first_site, args, kwargs, self._count_rates(), out)
         activation = ops.activation(op)
         if activation is not None and out.is_floating_point():
             self._update_units(first_site, activation, out, detail, args)

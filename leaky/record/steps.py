@@ -29,11 +29,13 @@ class StepTracking:
             self.guarded(self._end_step)
         self.guarded(self._note_backward, tensor)
         out = original(tensor, *args, **kwargs)
-        if self.active and not self.saw_optimizer and self._no_optimizer():
+        if self.active and not self.saw_optimizer and self._optimizer_exists is False:
             # NOTE: with no optimizer the step is this backward: it ends here, while .grad
             # holds what it computed. A loop that updates by hand (p.data -= lr * p.grad)
             # and calls model.zero_grad() before its next backward would otherwise be seen
-            # with every gradient already cleared.
+            # with every gradient already cleared. Whether an optimizer exists is looked up
+            # (a gc scan) only at a second backward with no step between, as before: the
+            # first step of such a loop still ends there.
             self.guarded(self._end_step)
         return out
 

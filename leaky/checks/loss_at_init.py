@@ -1,0 +1,101 @@
+"""LK307 loss-at-init: the first loss far above what a neutral output layer would score.
+
+A fresh model that knows nothing should predict nothing in particular: uniform class
+probabilities (cross-entropy log C, whatever the labels, label smoothing and class weights
+included), the label prior for a binary cross-entropy (H(p̄)), the target mean for a
+regression (MSE Var(t), L1 E|t - mean(t)|). A first loss far above that is the output
+layer's initialisation speaking: over-confident logits (a large init scale) or outputs
+offset from the targets (a bias at 0 for targets of mean 50, or for a 1%-positive label).
+The first iterations are then spent undoing the initialisation, the "hockey stick" of
+Karpathy's recipe, and the loss curve hides how fast the model learns. The line to change
+is the output layer's initialisation.
+"""
+from __future__ import annotations
+
+import math
+
+from leaky import ops
+from leaky.checks import register
+from leaky.checks._util import num
+from leaky.checks.bad_initialization import init_cause
+from leaky.config import AuditConfig
+from leaky.finding import Finding, Severity
+from leaky.stats import AuditStats, LossStats
+
+
+@register("LK307", "loss-at-init", "the first loss is far above what a neutral output layer would score")
+def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
+    # NOTE: against a moving target (a bootstrapped TD target) or a rival (a GAN), the first
+    # loss says nothing about the output layer: both ends move.
+    if stats.target_syncs or stats.coupled_optimizers:
+        return []
+    findings = []
+    for loss in stats.losses_seen:
+        finding = _judge(loss, stats, config)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _neutral(loss: LossStats) -> tuple[float, str, str] | None:
+    """(the neutral loss, what it is, the unit), or None when it cannot be known."""
+    start = loss.start
+    kind = start.get("neutral")
+    if kind == ops.losses.CLASSES and start.get("classes", 0) >= 2:
+        classes = start["classes"]
+        return math.log(classes), f"log C = log {classes}, uniform probabilities over {classes} classes", "nats"
+    mean = start.get("target_mean")
+    if mean is None or not math.isfinite(mean):
+        return None
+    if kind == ops.losses.PRIOR and start.get("target_hard") and 0 < mean < 1:
+        prior = -(mean * math.log(mean) + (1 - mean) * math.log(1 - mean))
+        return prior, f"H(p̄), predicting the label prior p̄ = {num(mean)} everywhere", "nats"
+    if kind == ops.losses.VARIANCE:
+        return start.get("target_var"), f"Var(t), predicting the target mean {num(mean)}", "(target units)²"
+    if kind == ops.losses.DEVIATION:
+        return start.get("target_mad"), f"E|t − mean(t)|, predicting the target mean {num(mean)}", "target units"
+    return None
+
+
+def _judge(loss: LossStats, stats: AuditStats, config: AuditConfig) -> Finding | None:
+    first = loss.start.get("loss")
+    neutral = _neutral(loss)
+    if first is None or neutral is None or loss.input_site is None or not math.isfinite(first):
+        return None
+    baseline, what, unit = neutral
+    # NOTE: a baseline of ~0 (constant targets, a discriminator's all-ones labels) makes every
+    # ratio huge and none meaningful.
+    if baseline is None or not math.isfinite(baseline) or baseline <= config.loss_init_min_baseline:
+        return None
+    ratio = first / baseline
+    if ratio < config.loss_init_factor:
+        return None
+    excess = first - baseline
+    start = loss.start
+    layer = stats.op(loss.input_site)
+    module = layer.module if layer is not None else loss.module
+    weight = next((w for w in stats.weights if w.site == loss.input_site), None)
+    message = (f"the first {loss.op} was {num(first)} per element, {num(ratio)}× what a neutral output layer scores "
+               f"({num(baseline)}: {what}), {num(excess)} {unit} above it: the first steps are spent undoing the "
+               f"output layer's initialisation (a 'hockey stick' in the loss curve) before the model learns anything.")
+    fix = _fix(start, loss, baseline)
+    evidence = {"first_loss": first, "neutral_loss": baseline, "ratio": ratio, "excess": excess, "unit": unit,
+                "neutral": start.get("neutral"), "classes": start.get("classes"),
+                "target_mean": start.get("target_mean"), "output_module": module}
+    return Finding("loss-at-init", "LK307", Severity.WARNING, message, fix, module,
+                   layer.op if layer is not None else None, layer.source if layer is not None else loss.source, 0,
+                   evidence, init_cause(stats, weight, f"its initial outputs give the first loss {num(first)}"))
+
+
+def _fix(start: dict, loss: LossStats, baseline: float) -> str:
+    kind = start.get("neutral")
+    if kind == ops.losses.CLASSES:
+        return ("Start the output layer near zero so that the logits are nearly uniform: scale its weights down "
+                "(with torch.no_grad(): head.weight.mul_(0.01); head.bias.zero_()), or nn.init.zeros_ on them.")
+    mean = start.get("target_mean")
+    if kind == ops.losses.PRIOR:
+        logit = math.log(mean / (1 - mean))
+        return (f"Set the output layer's bias to the label prior's logit, log(p / (1 − p)) = {num(logit)} for "
+                f"p = {num(mean)} (nn.init.constant_(head.bias, {num(logit)})), and scale its weights down.")
+    return (f"Set the output layer's bias to the target mean {num(mean)} (nn.init.constant_(head.bias, {num(mean)})), "
+            "or standardise the targets (and undo it for predictions), and scale its weights down.")
