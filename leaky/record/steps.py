@@ -121,9 +121,7 @@ class StepTracking:
         """No live optimizer holds the parameters seen (looked up once, after a backward)."""
         if self._optimizer_exists is None:
             trained = {id(p) for p in self.params.tracked()}
-            if not trained:
-                return False   # nothing seen yet: ask again after the next backward
-            self._optimizer_exists = _live_optimizer_over(trained)
+            self._optimizer_exists = bool(trained) and _live_optimizer_over(trained)
         return not self._optimizer_exists
 
     def _before_opt_step(self, optimizer, args, kwargs):

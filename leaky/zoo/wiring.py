@@ -323,6 +323,47 @@ def run_amp_bf16(steps: int = 20, seed: int = 0) -> list[float]:
     return _run_precision(steps, seed, "bf16")
 
 
+class PressureNet(nn.Module):
+    """A regressor whose output layer starts with its bias at 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 64), nn.ReLU())
+        self.out = nn.Linear(64, 1)
+
+    def forward(self, x):
+        return self.out(self.body(x))  # LK307-out
+
+
+def _run_pressure(steps: int, seed: int, bias_at_mean: bool) -> list[float]:
+    """Targets of mean ~310 (a pressure in kPa) from standardised inputs."""
+    torch.manual_seed(seed)
+    gen = data_generator(seed)
+    x_all = torch.randn(512, 8, generator=gen)
+    y_all = 310.0 + 18.0 * torch.tanh(x_all[:, :2].sum(1, keepdim=True))
+    model = PressureNet()
+    if bias_at_mean:
+        nn.init.constant_(model.out.bias, y_all.mean().item())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        rows = batches(512, 64, step)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x_all[rows]), y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def run_regression_bias_at_zero(steps: int = 20, seed: int = 0) -> list[float]:
+    return _run_pressure(steps, seed, bias_at_mean=False)
+
+
+def run_regression_bias_at_mean(steps: int = 20, seed: int = 0) -> list[float]:
+    return _run_pressure(steps, seed, bias_at_mean=True)
+
+
 def _broken(name, title, run, *expect, fixed_by=None, raises=False):
     return Example(name, title, run, tuple(expect), healthy=False, fixed_by=fixed_by, file=FILE, raises=raises)
 
@@ -362,4 +403,8 @@ EXAMPLES = [
     _healthy("amp-bf16", "float32 weights and bfloat16 autocast", run_amp_bf16),
     _healthy("deep-kaiming-batchnorm", "8 ReLU layers, Kaiming init and BatchNorm", run_deep_kaiming_batchnorm),
     _healthy("standardized-input", "The same sensor data, standardised per feature", run_standardized_input),
+    _broken("regression-bias-at-zero", "Targets of mean ~310 and an output bias at 0: the first loss is ~700x Var(t)",
+            run_regression_bias_at_zero, Expect("LK307", "out", "LK307-out"), fixed_by="regression-bias-at-mean"),
+    _healthy("regression-bias-at-mean", "The same regressor with its output bias started at the target mean",
+             run_regression_bias_at_mean),
 ]
