@@ -60,3 +60,17 @@ def batches(n: int, batch: int, step: int) -> slice:
     per_epoch = n // batch
     start = (step % per_epoch) * batch
     return slice(start, start + batch)
+
+
+def fit(model, opt, x_all, y_all, loss_fn, steps: int, batch: int = 64) -> list[float]:
+    """The plain loop: one batch of the fixed dataset per step (`batches`), zero_grad,
+    backward, step; returns the losses."""
+    losses = []
+    for step in range(steps):
+        rows = batches(len(x_all), batch, step)
+        opt.zero_grad()
+        loss = loss_fn(model(x_all[rows]), y_all[rows])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leaky.zoo._base import Example, Expect, batches, data_generator, teacher_classification
+from leaky.zoo._base import Example, Expect, batches, data_generator, fit, teacher_classification
 
 FILE = __file__
 
@@ -198,16 +198,7 @@ def _run_tanh(steps: int, seed: int, standardise: bool) -> list[float]:
     if standardise:
         x_all = (x_all - x_all.mean(0)) / x_all.std(0)
     model = TanhNet()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    losses = []
-    for step in range(steps):
-        rows = batches(512, 64, step)
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x_all[rows]), y_all[rows])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return fit(model, torch.optim.Adam(model.parameters(), lr=1e-3), x_all, y_all, F.cross_entropy, steps)
 
 
 def run_unnormalized_input(steps: int = 20, seed: int = 0) -> list[float]:
@@ -344,16 +335,7 @@ def _run_pressure(steps: int, seed: int, bias_at_mean: bool) -> list[float]:
     model = PressureNet()
     if bias_at_mean:
         nn.init.constant_(model.out.bias, y_all.mean().item())
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    losses = []
-    for step in range(steps):
-        rows = batches(512, 64, step)
-        opt.zero_grad()
-        loss = F.mse_loss(model(x_all[rows]), y_all[rows])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return fit(model, torch.optim.Adam(model.parameters(), lr=1e-3), x_all, y_all, F.mse_loss, steps)
 
 
 def run_regression_bias_at_zero(steps: int = 20, seed: int = 0) -> list[float]:
