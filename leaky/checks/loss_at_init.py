@@ -73,8 +73,13 @@ def _judge(loss: LossStats, stats: AuditStats, config: AuditConfig) -> Finding |
     excess = first - baseline
     start = loss.start
     layer = stats.op(loss.input_site)
-    module = layer.module if layer is not None else loss.module
     weight = next((w for w in stats.weights if w.site == loss.input_site), None)
+    # NOTE: only a loss fed straight by a layer (its logits or its regression output) is
+    # judged: after another op (a softmax over a size-1 dim, a clamp) the first loss says
+    # more about that op (LK106, LK301) than about the output layer's initialisation.
+    if layer is None or weight is None:
+        return None
+    module = layer.module
     message = (f"the first {loss.op} was {num(first)} per element, {num(ratio)}× what a neutral output layer scores "
                f"({num(baseline)}: {what}), {num(excess)} {unit} above it: the first steps are spent undoing the "
                f"output layer's initialisation (a 'hockey stick' in the loss curve) before the model learns anything.")
@@ -82,8 +87,7 @@ def _judge(loss: LossStats, stats: AuditStats, config: AuditConfig) -> Finding |
     evidence = {"first_loss": first, "neutral_loss": baseline, "ratio": ratio, "excess": excess, "unit": unit,
                 "neutral": start.get("neutral"), "classes": start.get("classes"),
                 "target_mean": start.get("target_mean"), "output_module": module}
-    return Finding("loss-at-init", "LK307", Severity.WARNING, message, fix, module,
-                   layer.op if layer is not None else None, layer.source if layer is not None else loss.source, 0,
+    return Finding("loss-at-init", "LK307", Severity.WARNING, message, fix, module, layer.op, layer.source, 0,
                    evidence, init_cause(stats, weight, f"its initial outputs give the first loss {num(first)}"))
 
 
