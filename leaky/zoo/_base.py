@@ -62,15 +62,17 @@ def batches(n: int, batch: int, step: int) -> slice:
     return slice(start, start + batch)
 
 
-def fit(model, opt, x_all, y_all, loss_fn, steps: int, batch: int = 64) -> list[float]:
+def fit(model, opt, x_all, y_all, loss_fn, steps: int, batch: int = 64, clip: float | None = None) -> list[float]:
     """The plain loop: one batch of the fixed dataset per step (`batches`), zero_grad,
-    backward, step; returns the losses."""
+    backward, the gradient norm clipped to `clip` if given, step; returns the losses."""
     losses = []
     for step in range(steps):
         rows = batches(len(x_all), batch, step)
         opt.zero_grad()
         loss = loss_fn(model(x_all[rows]), y_all[rows])
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         losses.append(loss.item())
     return losses

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leaky.zoo._base import Example, batches, data_generator
+from leaky.zoo._base import Example, batches, data_generator, fit
 
 FILE = __file__
 
@@ -40,23 +40,18 @@ def running_sign_task(n: int, seq: int, d_in: int, gen: torch.Generator):
     return x, y
 
 
+def _per_step_loss(logits, y):
+    """Cross-entropy over every time step of a [batch, time, 2] tagging output."""
+    return F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1))
+
+
 def run_lstm_clipped(steps: int = 20, seed: int = 0) -> list[float]:
     torch.manual_seed(seed)
     model = LSTMTagger()
     gen = data_generator(seed)
     x_all, y_all = running_sign_task(512, 20, 8, gen)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for step in range(steps):
-        rows = batches(512, 32, step)
-        opt.zero_grad()
-        logits = model(x_all[rows])
-        loss = F.cross_entropy(logits.reshape(-1, 2), y_all[rows].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), x_all, y_all, _per_step_loss, steps,
+               batch=32, clip=1.0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -84,18 +79,8 @@ def run_rnn_clipped_orthogonal(steps: int = 20, seed: int = 0) -> list[float]:
         model.rnn.weight_hh_l0.mul_(0.95)                       # spectral radius 0.95
     gen = data_generator(seed)
     x_all, y_all = running_sign_task(256, 40, 8, gen)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    losses = []
-    for step in range(steps):
-        rows = batches(256, 16, step)
-        opt.zero_grad()
-        logits = model(x_all[rows])
-        loss = F.cross_entropy(logits.reshape(-1, 2), y_all[rows].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return fit(model, torch.optim.Adam(model.parameters(), lr=1e-3), x_all, y_all, _per_step_loss, steps,
+               batch=16, clip=1.0)
 
 
 # ---------------------------------------------------------------------------------------
