@@ -99,6 +99,10 @@ class AuditConfig:
     # LK307: a neutral loss at or below this (constant targets, a discriminator's all-ones
     # labels) is not judged: every ratio to it would be huge and none meaningful.
     loss_init_min_baseline: float = 1e-6
+    # LK306: probe each root model once, at its first training call, for outputs that
+    # depend on other samples of the batch (one more forward and a few backward passes of
+    # one batch; an audit only, never a watch's later steps).
+    batch_probe: bool = True
     # LK201: a parameter in the optimizer is "left unchanged" when it had a nonzero gradient
     # and no change at all on every one of at least this many sampled steps.
     stale_min_steps: int = 2

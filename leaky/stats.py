@@ -254,6 +254,36 @@ class FunctionStats:
     gradient_sources: tuple[Source | None, ...] = ()   # per input: the line of backward computing its gradient
 
 
+# LK306: mixing by design (BatchMixingStats.by_design)
+BATCHNORM_NO_STATS = "batch-norm-without-running-statistics"
+GRAPH = "graph-message-passing"
+ROUTER = "mixture-of-experts-routing"
+
+
+@dataclass(frozen=True)
+class BatchMixingStats:
+    """LK306's probe of one root model (record/batch_probe.py): does its output for one
+    sample depend on other samples of the batch?"""
+
+    model: str                    # the root model's name
+    judged: bool                  # the probe ran and some output dim matched an input dim
+    mixed: bool
+    note: str = ""                # why it was not judged
+    point: str = ""               # what was differentiated: "input 0", an embedding's output
+    batch: int = 0                # N, the size of the batch dim compared
+    row: int = 0                  # the output row whose gradient was read
+    reached: int = 0              # other samples that row depends on
+    pairs: int = 0                # (input dim, output dim) pairs of size N, all mixing
+    op: str | None = None         # where the mixing starts: the first op whose rows mix
+    module: str | None = None
+    source: Source | None = None
+    dim: int | None = None        # the dim of size N of that op's output
+    shape: tuple[int, ...] | None = None
+    time_major: bool = False      # the op runs in a module built with batch_first=False
+    by_design: str | None = None  # batch norm without running statistics, a graph, a router
+    batchnorm_eval: tuple[str, ...] = ()   # batch norms probed in eval mode
+
+
 @dataclass(frozen=True)
 class ModuleRow:
     """One module whose ops ran backward: the gradient-flow table's row (derive/modules.py)."""
@@ -310,6 +340,7 @@ class AuditStats:
     target_syncs: tuple[int, ...] = ()
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
+    batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed
 
     @classmethod
     def empty(cls) -> "AuditStats":

@@ -50,7 +50,7 @@ import torch
 from leaky.audit import audit
 from leaky.finding import Finding, Severity, Source
 from leaky.report.terminal import finding_renderable
-from leaky.stats import (ActivationStats, AuditStats, CastStats, Cut, FunctionStats, InputStats, LossStats,
+from leaky.stats import (ActivationStats, AuditStats, BatchMixingStats, CastStats, Cut, FunctionStats, InputStats, LossStats,
                          NonFinite, OpStats, OptimizerStats, ParamStats, RecurrenceStats, SchedulerStats,
                          SeriesRow, WeightStats)
 
@@ -288,6 +288,16 @@ def cast(*, kind: str = "autocast", dtype: str = "float16", source: Source | Non
     return CastStats(kind, dtype, source, target)
 
 
+def batch_mixing(*, model: str = "Net", judged: bool = True, mixed: bool = True, batch: int = 8, row: int = 7,
+                 reached: int = 3, op: str | None = "view", module: str | None = "Net",
+                 source: Source | None = None, dim: int | None = 1, shape: tuple[int, ...] | None = (5, 8, 3),
+                 time_major: bool = False, by_design: str | None = None,
+                 batchnorm_eval: tuple[str, ...] = ()) -> BatchMixingStats:
+    """LK306's probe of one model: by default one that mixes, starting at a `view`."""
+    return BatchMixingStats(model, judged, mixed, "", "input 0", batch, row, reached, 1, op, module, source, dim,
+                            shape, time_major, by_design, batchnorm_eval)
+
+
 __all__ = ["assert_gradient_flow", "stats", "source", "op", "activation", "param", "optimizer", "scheduler",
            "series", "loss_probe", "input_stats", "weight", "recurrence", "nonfinite", "cut", "function", "cast",
-           "Severity"]
+           "batch_mixing", "Severity"]

@@ -26,6 +26,8 @@ def no_leaky_left() -> list[str]:
         left.append("global forward pre-hooks")
     if mod._global_forward_hooks:
         left.append("global forward hooks")
+    if mod._global_forward_hooks_with_kwargs or mod._global_forward_hooks_always_called:
+        left.append("global forward hook flags (with_kwargs, always_call)")
     if opt._global_optimizer_pre_hooks:
         left.append("optimizer pre-hooks")
     if opt._global_optimizer_post_hooks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from leaky.finding import Severity
-from leaky.testing import activation, cast, function, input_stats, loss_probe, op, source, stats, weight
+from leaky.testing import activation, batch_mixing, cast, function, input_stats, loss_probe, op, source, stats, weight
 from tests.check_cases import fires, quiet
 
 
@@ -166,3 +166,18 @@ def test_lk307_unit():
     quiet("LK307", moving)                              # a bootstrapped target: both ends move
     after_an_op = stats(steps=20, ops=(op(site=3, op="softmax", module="act"),), losses_seen=_lk307_ce(13.3).losses_seen)
     quiet("LK307", after_an_op)                         # not fed by a layer: that op is the story
+
+
+def test_lk306_unit():
+    finding = fires("LK306", stats(batch_mixing=(batch_mixing(source=source(line=12)),)))
+    assert (finding.severity, finding.op, finding.source.line, finding.cause.line) == (Severity.ERROR, "view", 12, 12)
+    assert "depends on 3 other samples of the batch of 8" in finding.message and "transpose" in finding.fix
+    attention = fires("LK306", stats(batch_mixing=(batch_mixing(op="multi_head_attention_forward", module="attn",
+                                                                time_major=True),)))
+    assert "batch_first=True" in attention.fix
+    routed = fires("LK306", stats(batch_mixing=(batch_mixing(by_design="mixture-of-experts-routing"),)))
+    assert routed.severity is Severity.INFO
+    quiet("LK306", stats(batch_mixing=(batch_mixing(mixed=False, op=None),)))          # per-sample
+    quiet("LK306", stats(batch_mixing=(batch_mixing(judged=False, mixed=False),)))     # not judged
+    quiet("LK306", stats(batch_mixing=(batch_mixing(by_design="graph-message-passing"),)))
+    quiet("LK306", stats(batch_mixing=(batch_mixing(by_design="batch-norm-without-running-statistics"),)))

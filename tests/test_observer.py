@@ -19,6 +19,8 @@ def _run(factory, audited: bool, steps: int = 4):
         with leaky.audit() as audit:
             losses = train(model, steps)
         assert audit.report.run["steps"] == steps
+        (probe,) = audit.report.batch_probes   # LK306's probe ran, and changed nothing
+        assert probe["judged"] and not probe["mixed"], probe
     else:
         losses = train(model, steps)
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -31,7 +31,7 @@ _MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "explodi
             "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path",
             "stale_parameter", "update_ratio", "gradient_accumulation", "loss_not_decreasing",
             "loss_diverging", "loss_output_mismatch", "bad_initialization", "unnormalized_input",
-            "precision_underflow", "wrong_gradient", "loss_at_init")
+            "precision_underflow", "wrong_gradient", "batch_mixing", "loss_at_init")
 
 
 def register(code: str, name: str, summary: str, links: bool = False) -> Callable[[CheckFn], CheckFn]:

@@ -22,7 +22,7 @@ from leaky.derive.modules import module_table
 from leaky.derive.origins import cast_stats_of, optimizer_stats_of
 from leaky.derive.recurrence import RadiusCache, find_recurrences
 from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
-from leaky.stats import (ActivationStats, AuditStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
+from leaky.stats import (ActivationStats, AuditStats, BatchMixingStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
                          OpStats, ParamStats, WeightStats, _source)
 
 
@@ -75,7 +75,18 @@ class Assembly:
             casts=cast_stats_of(self.origins), idle_source=_source(rec._idle_at() if idle else None),
             coupled_optimizers=frozenset(rec.coupling.pairs), target_syncs=tuple(rec.moving.syncs),
             compiled_modules=frozenset(name(key) for key in rec.compiled.module_keys),
-            module_table=module_table(ops, activations, params, recurrences, types))
+            module_table=module_table(ops, activations, params, recurrences, types),
+            batch_mixing=tuple(self._batch_mixing(rec.batch.records)))
+
+    def _batch_mixing(self, records):
+        name = self.modules.name
+        for r in records:
+            yield BatchMixingStats(
+                model=name(r.root) or "", judged=r.judged, mixed=r.mixed, note=r.note, point=r.point, batch=r.batch,
+                row=r.row, reached=r.reached, pairs=r.pairs, op=r.first_op, module=name(r.first_module),
+                source=_source(r.first_where), dim=r.first_dim, shape=r.first_shape, time_major=r.first_time_major,
+                by_design=r.by_design,
+                batchnorm_eval=tuple(name(k) or "" for k in r.batchnorm_eval))
 
     # -- where an op ran ---------------------------------------------------------------
     def _where(self, site: int):

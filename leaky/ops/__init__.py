@@ -164,3 +164,28 @@ def init_for(family_name: str | None) -> Init:
     """What a layer feeding this activation family wants (lecun: what follows is linear)."""
     found = family(family_name)
     return found.init if found is not None and found.init is not None else LECUN
+
+
+def over_batch(op: str) -> bool:
+    """A normaliser whose statistics can be the batch's (batch norm): it mixes by design."""
+    found = rule(op)
+    return found is not None and bool(found.extra.get("over_batch"))
+
+
+def batch_mixing_fix(op: str, dim: int | None) -> str:
+    """LK306: how to keep the batch apart where `op` first mixes it (its output's dim `dim`
+    has the batch's size)."""
+    found = rule(op)
+    if found is not None and found.moves_values:
+        return (f"`{op}` reinterprets the memory order, so it does not move the batch dim: to put the batch "
+                "elsewhere (a time-major RNN), use x.transpose(0, 1) or x.permute(...), and reshape only dims that "
+                "stay together (or give the RNN batch_first=True).")
+    if found is not None and (found.normaliser or found.normalises or found.detail == SOFTMAX_DIM):
+        return (f"normalise over the features (dim=-1, or dim=1 for channels), not over dim {dim}, which holds the "
+                f"batch: `{op}` over the batch makes each sample's output depend on the others.")
+    if found is not None and (found.matmul or found.mixes):
+        return (f"`{op}` contracts over the batch: check the operands' order and transposes so that it contracts "
+                "over features (x @ W.T, einsum('bi,ij->bj', x, W)), and for attention that the sequence dim, "
+                "not the batch, is the one attended over (batch_first=True on nn.MultiheadAttention).")
+    return (f"combine over the feature dims with `{op}`, keeping dim {dim} (the batch) apart: a sample's "
+            "output must depend on that sample only.")

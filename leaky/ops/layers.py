@@ -23,7 +23,10 @@ register(OpRule("convolution", (), ("ConvolutionBackward",), feeds_units=True, m
 for _name, _nodes in (("matmul", ()), ("mm", ("MmBackward",)), ("addmm", ("AddmmBackward",)),
                       ("bmm", ("BmmBackward",)), ("baddbmm", ("BaddbmmBackward",)), ("einsum", ())):
     register(OpRule(_name, (), _nodes, matmul=True, mixes=True))
-register(OpRule("batch_norm", (), ("NativeBatchNormBackward",), normaliser=(3, 4), feeds_units=True))
+# NOTE: extra "over_batch": its statistics can be the batch's (training mode, or no running
+# statistics): LK306 reads the mixing it makes as by design (ops.over_batch).
+register(OpRule("batch_norm", (), ("NativeBatchNormBackward",), normaliser=(3, 4), feeds_units=True,
+                extra={"over_batch": True}))
 # NOTE: cuDNN's batch norm node saves other tensors than the native one: its output is
 # checked in full, but its channels are still units.
 register(OpRule("cudnn_batch_norm", (), ("CudnnBatchNormBackward",), feeds_units=True))

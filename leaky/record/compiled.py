@@ -247,9 +247,18 @@ class CompiledCalls:
         self._depth += 1
         try:
             with rec.left_out():
-                return run(*args, **kwargs)
+                out = run(*args, **kwargs)
         finally:
             self._depth -= 1
+        if isinstance(target, torch.nn.Module) and run is self._module_call and rec.modules.current is None \
+                and rec.modules.on_root_return is not None:
+            rec.modules.on_root_return(target, args[1:], kwargs, out)   # LK306 probes its eager module
+        return out
+
+    @property
+    def running(self) -> bool:
+        """Inside a compiled call (its module hooks are off; see _call)."""
+        return self._depth > 0
 
     def _note(self, target: Any) -> None:
         """Once per compiled module or function: its name, and its modules' paths."""

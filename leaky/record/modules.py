@@ -49,6 +49,7 @@ class ModuleTracker:
         self._taken: set[str] = set()
         self._pre_hook = outside_graphs(self._pre)
         self._post_hook = outside_graphs(self._post)
+        self.on_root_return = None   # (module, args, kwargs, output) after a root's forward (LK306's probe)
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> "ModuleTracker":
@@ -63,11 +64,16 @@ class ModuleTracker:
         """Put the global hooks on (again: a compiled module's call runs without them)."""
         if not self._handles:
             self._handles.append(module_globals.register_module_forward_pre_hook(self._pre_hook))
-            self._handles.append(module_globals.register_module_forward_hook(self._post_hook, always_call=True))
+            self._handles.append(module_globals.register_module_forward_hook(self._post_hook, with_kwargs=True,
+                                                                             always_call=True))
 
     def detach(self) -> None:
         for handle in self._handles:
             handle.remove()
+            # NOTE: torch's handle of a global hook registered with_kwargs leaves its id in
+            # _global_forward_hooks_with_kwargs (torch 2.13): removed here, or the dict keeps
+            # growing and torch.compile warns that global hooks exist.
+            module_globals._global_forward_hooks_with_kwargs.pop(handle.id, None)
         self._handles.clear()
 
     # -- queries -------------------------------------------------------------------
@@ -143,9 +149,11 @@ class ModuleTracker:
     def _pre(self, module: nn.Module, args) -> None:
         self._stack.append(self.key_of(module))
 
-    def _post(self, module: nn.Module, args, output) -> None:
+    def _post(self, module: nn.Module, args, kwargs, output) -> None:
         if self._stack:
             self._stack.pop()
+        if not self._stack and self.on_root_return is not None and output is not None:
+            self.on_root_return(module, args, kwargs, output)
 
     def _register_root(self, root: nn.Module) -> int:
         variable = _variable_name(root)

@@ -20,6 +20,7 @@ from leaky.config import AuditConfig
 from leaky.record.compiled import CompiledCalls, outside_graphs
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, unit_dim
+from leaky.record.batch_probe import BatchProbe
 from leaky.record.forward import ForwardProbes
 from leaky.record.provenance import Provenance
 from leaky.record.functions import FunctionWatch
@@ -91,6 +92,9 @@ class Recorder(StepTracking):
         self.provenance = Provenance(self.locator.locate)
         self.probes = ForwardProbes(("leaky", id(self)), self.provenance.origin_of)
         self.functions = FunctionWatch(self)
+        self.batch = BatchProbe(self.left_out, self.modules.key_of, self.locator.locate)
+        if config.batch_probe and sample_every is None:
+            self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
         self.cuts: dict[tuple, CutEvent] = {}
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
@@ -214,6 +218,10 @@ class Recorder(StepTracking):
             self.modules.attach()
             if mode_was_on and not self._mode_on:
                 self._resume_mode()
+
+    def _probe_batch(self, module, args, kwargs, output) -> None:
+        if self.observing and self.error is None and not self.compiled.running:
+            self.guarded(self.batch.after_call, module, args, kwargs, output)
 
     @property
     def steps_done(self) -> int:

@@ -233,6 +233,8 @@ class StepTracking:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
         self.leaves.settle()
+        if self.batch._pending:
+            self.guarded(self.batch.run_pending)   # LK306, once per model: after its first step
         sampled = self.observing or bool(self.buffer.records)
         total = self._flush() if sampled else None
         optimizer = self.last_optimizer if self.saw_optimizer else None

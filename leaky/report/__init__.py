@@ -45,6 +45,7 @@ class Report:
     run: dict = field(default_factory=dict)
     activations: tuple[dict, ...] = ()
     series: tuple[dict, ...] = ()
+    batch_probes: tuple[dict, ...] = ()   # LK306: per root model probed, what the probe saw
 
     @property
     def errors(self) -> list[Finding]:
@@ -77,6 +78,7 @@ class Report:
             "recurrences": list(self.recurrences),
             "activations": list(self.activations),
             "series": list(self.series),
+            "batch_probes": list(self.batch_probes),
         })
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -89,8 +91,9 @@ class Report:
 
 
 def build_report(stats: AuditStats, findings: list[Finding], run: dict | None = None) -> Report:
-    from leaky.report.tables import activation_rows, module_rows, op_rows, param_rows, recurrence_rows, series_rows
+    from leaky.report.tables import (activation_rows, batch_probe_rows, module_rows, op_rows, param_rows,
+                                     recurrence_rows, series_rows)
 
     return Report(tuple(findings), tuple(module_rows(stats)), tuple(op_rows(stats)),
                   tuple(param_rows(stats)), tuple(recurrence_rows(stats)), dict(run or {}),
-                  tuple(activation_rows(stats)), tuple(series_rows(stats)))
+                  tuple(activation_rows(stats)), tuple(series_rows(stats)), tuple(batch_probe_rows(stats)))

@@ -48,3 +48,11 @@ def activation_rows(stats: AuditStats) -> list[dict]:
 def series_rows(stats: AuditStats) -> list[dict]:
     return [{"step": row.step, "loss": row.loss, "grad_norm": row.grad_norm, "lr": row.lr, "optimizer": row.optimizer}
             for row in stats.series]
+
+
+def batch_probe_rows(stats: AuditStats) -> list[dict]:
+    """LK306's probe of each root model: judged or why not, and where mixing starts."""
+    return [{"model": p.model, "judged": p.judged, "mixed": p.mixed, "note": p.note or None,
+             "differentiated": p.point or None, "batch": p.batch or None, "samples_reached": p.reached,
+             "first_op": p.op, "first_module": p.module, "source": str(p.source) if p.source else None,
+             "by_design": p.by_design, "batchnorm_eval": list(p.batchnorm_eval)} for p in stats.batch_mixing]
