@@ -2,7 +2,9 @@
 
 Karpathy's four ("Yes you should understand backprop", 2016): a sigmoid network with
 large initial weights, ReLUs killed by an aggressive learning rate, a vanilla RNN whose
-recurrent matrix has spectral radius > 1, and a DQN whose TD error is clamped.
+recurrent matrix has spectral radius > 1, and a DQN whose TD error is clamped. Then one
+check from his "Recipe for Training Neural Networks" (2019): batch independence, a GRU fed
+`x.view(T, B, F)` where `x.transpose(0, 1)` was meant.
 Run: `leaky demo` (or `leaky demo --only dqn-clamped-td`).
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from leaky.finding import Finding, Severity
 from leaky.report.terminal import finding_renderable
 
 KARPATHY_FOUR = ("sigmoid-big-init", "relu-high-lr", "rnn-exploding", "dqn-clamped-td")
+RECIPE = ("gru-view-for-transpose",)
 
 
 def unmet(example, findings: list[Finding]) -> list:
@@ -88,7 +91,7 @@ def fixed_report_loss(report) -> str:
 def run_demo(console: Console, steps: int = 20, only: str | None = None) -> int:
     from leaky.zoo import get
 
-    names = (only,) if only else KARPATHY_FOUR
+    names = (only,) if only else KARPATHY_FOUR + RECIPE
     try:
         pairs = [(get(name), get(get(name).fixed_by) if get(name).fixed_by else None) for name in names]
     except KeyError as exc:

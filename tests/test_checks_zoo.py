@@ -115,11 +115,11 @@ def test_frozen_backbone_and_target_network_are_not_cut_paths():
         assert audit_example(name).by_code("LK108") == []
 
 
-def test_demo_finds_and_fixes_karpathys_four(capsys):
+def test_demo_finds_and_fixes_karpathys_four_and_a_recipe_check(capsys):
     from leaky.cli import main
 
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    for name in ("sigmoid-big-init", "relu-high-lr", "rnn-exploding", "dqn-clamped-td"):
+    for name in ("sigmoid-big-init", "relu-high-lr", "rnn-exploding", "dqn-clamped-td", "gru-view-for-transpose"):
         assert name in out
-    assert "4 of 4" in out
+    assert "5 of 5" in out

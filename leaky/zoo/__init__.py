@@ -29,15 +29,16 @@ Themes, one module each:
 - ``dynamics``: wrong over the steps: stale parameters, learning rates, no zero_grad, loss curves
 - ``healthy``: well set-up models, including the fixes of broken examples
 - ``sequences``: healthy recurrences and attention (LSTM, a clipped orthogonal RNN, a Transformer)
+- ``recipe``: Karpathy's recipe checks: a batch that leaks into every prediction
 """
 from __future__ import annotations
 
-from leaky.zoo import depth, dynamics, healthy, karpathy, paths, sequences, traps, wiring
+from leaky.zoo import depth, dynamics, healthy, karpathy, paths, recipe, sequences, traps, wiring
 from leaky.zoo._base import Example, Expect
 
 __all__ = ["EXAMPLES", "Example", "Expect", "get", "marker_line"]
 
-_THEMES = (karpathy, traps, paths, depth, wiring, dynamics, healthy, sequences)
+_THEMES = (karpathy, traps, paths, depth, wiring, dynamics, healthy, sequences, recipe)
 
 
 def _collect() -> dict[str, Example]:
