@@ -13,6 +13,13 @@ EXIT_CODES = """exit status:
      exception; N: sys.exit(N); 130: Ctrl-C); it wins over 1 for findings. The
      script's traceback, without leaky's frames, follows the report on stderr."""
 FAIL_ON = ("error", "warning", "info", "never")
+PROBE_EXIT_CODES = """exit status:
+  0  every probe passed
+  1  a probe failed (its LK308/LK309 finding is in the report)
+  2  no probe failed, and one could not run (the reason is in its row), or the script
+     cannot be run at all
+  N  the real-input run's own nonzero status, as `python SCRIPT` would end (1: an
+     uncaught exception; N: sys.exit(N)); its traceback follows on stderr. 130: Ctrl-C"""
 
 
 def _positive(text: str) -> int:
@@ -95,6 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--example", metavar="NAME", help="a built-in example instead of a script (see leaky demo)")
     fix.add_argument("script", nargs="?", help="the training script, run as `python SCRIPT args...` would")
     fix.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    probe = sub.add_parser("probe", help="the active checks: can the model memorise one batch (LK308), does it "
+                                         "use its input (LK309); short runs from the same start",
+                           epilog=PROBE_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    probe.add_argument("--steps", type=_positive, default=200, metavar="K",
+                       help="training steps of each run (default 200)")
+    probe.add_argument("--holdout", type=_positive, default=20, metavar="H",
+                       help="held-out steps after step K, the model frozen, that score LK309's runs (default 20)")
+    probe.add_argument("--repeats", type=_positive, default=2, metavar="R",
+                       help="real-input runs with shifted seeds that measure LK309's noise (default 2)")
+    probe.add_argument("--json", metavar="PATH", help="write the leaky/probe-v1 JSON result here ('-': stdout)")
+    probe.add_argument("--example", metavar="NAME", help="a built-in example instead of a script (see leaky demo)")
+    probe.add_argument("script", nargs="?", help="the training script, run as `python SCRIPT args...` would")
+    probe.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     explain = sub.add_parser("explain", help="print what a check means and how to fix it")
     explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
     demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")
