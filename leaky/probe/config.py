@@ -19,12 +19,15 @@ class ProbeConfig:
     # (docs/probe.md, `benchmarks/probe_calibration.py`). 0.2 is 5x the worst healthy
     # model at K = 100 and below the best broken one by a factor 1.7.
     overfit_fraction: float = 0.2
-    # LK308: above the threshold but still falling is "not yet", not "cannot": not judged when
-    # the last half of the K steps kept less than this of what was left at K/2 (removed more
-    # than 30% of it). The slowest healthy model measured keeps 0.25-0.55 (Adam 1e-3 on a
-    # shallow MLP, K = 200 and 100); the slowest broken one 0.79-0.83 (a softmax before
-    # cross_entropy, which creeps toward its floor).
-    overfit_still_falling: float = 0.7
+    # LK308: above the threshold but still falling is "not yet", not "cannot": not judged when,
+    # at the pace of the last quarter of the K steps, the loss would reach the threshold within
+    # this many times K more steps. Healthy models in their slow start need up to 2.2 K (Adam
+    # 1e-3 on a shallow MLP at K = 40; a slow regression 2.1 K at K = 100); stalled broken ones
+    # 9 K to inf, but a softmax before cross_entropy, creeping to its floor, 1.8-2 K at
+    # K = 100-200 (it is judged at K = 400: 14 K).
+    overfit_still_falling: float = 2.5
+    # LK308: fewer steps than this cannot tell a slow start from a stall: not judged.
+    overfit_min_steps: int = 20
     # LK308: L_K is the mean of the last few training losses (dropout makes one step noisy).
     overfit_tail: int = 5
     # LK308: a first loss within this of its floor leaves nothing to reduce: not judged.

@@ -54,7 +54,7 @@ class ProbeOutcome:
 
     def to_dict(self) -> dict:
         return {"code": self.code, "name": self.name, "verdict": self.verdict, "reason": self.reason,
-                "measured": self.measured, "finding": None if self.finding is None else self.finding.to_dict(),
+                "measured": _json_safe(self.measured), "finding": None if self.finding is None else self.finding.to_dict(),
                 "seconds": self.seconds}
 
 
@@ -87,9 +87,20 @@ class ProbeResult:
                                                       "how": NOISE_HOW},
             "probes": [p.to_dict() for p in self.probes],
             "findings": [f.to_dict() for f in self.findings],
-            "runs": [_run_dict(t) for t in self.runs],
+            "runs": [_json_safe(_run_dict(t)) for t in self.runs],
             "seconds": self.seconds,
         }
+
+
+def _json_safe(value):
+    """Non-finite numbers as the strings "nan", "inf", "-inf" (as in leaky/report-v1)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _run_dict(trial: Trial) -> dict:
@@ -174,13 +185,14 @@ def _overfit(trial, config: ProbeConfig) -> ProbeOutcome:
     if stats.remaining is None:
         return ProbeOutcome("LK308", NOT_RUN, f"the first loss ({stats.first!r}) is not finite or is already at its "
                             f"floor ({floor:g}): there is nothing to reduce", measured, seconds=run.seconds)
-    measured.update({"halfway": stats.halfway, "second_half": stats.second_half})
+    pace = stats.steps_to(config.overfit_fraction)
+    measured["steps_to_threshold"] = pace
     left = f"{100 * stats.remaining:.3g}% of the reducible loss left after {len(stats.losses)} steps"
-    falling = stats.second_half is not None and stats.second_half < config.overfit_still_falling
-    if stats.remaining > config.overfit_fraction and falling:
-        return ProbeOutcome("LK308", NOT_RUN, f"not decided in {len(stats.losses)} steps: {left}, but the loss is "
-                            f"still falling ({100 * stats.halfway:.3g}% left halfway); run with a larger --steps",
-                            measured, seconds=run.seconds)
+    if stats.remaining > config.overfit_fraction and pace is not None and pace < config.overfit_still_falling:
+        return ProbeOutcome("LK308", NOT_RUN, f"not decided in {len(stats.losses)} steps: {left}, but still falling "
+                            f"(at the pace of the last {len(stats.losses) // 4} steps it would reach "
+                            f"{100 * config.overfit_fraction:g}% in {pace * len(stats.losses):.0f} more); run with a "
+                            "larger --steps", measured, seconds=run.seconds)
     found = CHECKS["LK308"].run(stats, config)
     if found:
         return ProbeOutcome("LK308", FAIL, f"{left} (at most {100 * config.overfit_fraction:g}% passes)", measured,
@@ -198,6 +210,8 @@ def _replay_blocked(run: Trial, replay: FirstBatchReplay, config: ProbeConfig) -
     if replay.unmatched:
         return (f"the first batch cannot be replayed alone: a later step fed a tensor the first did not "
                 f"({replay.unmatched[0]})")
+    if config.steps < config.overfit_min_steps:
+        return f"{config.steps} steps cannot tell a slow start from a stall: use --steps {config.overfit_min_steps} or more"
     if run.steps < config.steps:
         return (f"the program made only {run.steps} optimizer steps ({config.steps} needed): give it a larger "
                 "step budget, or a smaller --steps")

@@ -56,23 +56,24 @@ class OverfitStats:
         None when the first loss is not finite or is at its floor (nothing to reduce)."""
         return self._left(self.last)
 
-    @property
-    def halfway(self) -> float | None:
-        """`remaining` at step K/2, the same way (the mean of the `tail` losses before it)."""
-        half = len(self.losses) // 2
-        values = self.losses[max(0, half - self.tail):half]
+    def at(self, step: int) -> float | None:
+        """`remaining` at `step`: the mean of the `tail` losses before it, the same way."""
+        values = self.losses[max(0, step - self.tail):step]
         if not values or not all(math.isfinite(v) for v in values):
             return None
         return self._left(sum(values) / len(values))
 
-    @property
-    def second_half(self) -> float | None:
-        """remaining(K) / remaining(K/2): what the last half of the steps kept of what was
-        left halfway (1: it stalled; 0.25: it removed three quarters)."""
-        now, half = self.remaining, self.halfway
-        if now is None or half is None or half <= 0:
+    def steps_to(self, target: float) -> float | None:
+        """At the pace of the last quarter of the steps, how many more steps (in units of
+        K) `remaining` needs to reach `target`: (r_K - target) / (r_3K/4 - r_K) * K/4 / K.
+        inf when it did not fall over that quarter; 0 when it is already there."""
+        now, before = self.remaining, self.at(3 * len(self.losses) // 4)
+        if now is None or before is None:
             return None
-        return now / half
+        if now <= target:
+            return 0.0
+        fallen = before - now
+        return math.inf if fallen <= 0 else (now - target) / fallen / 4
 
     def _left(self, loss: float | None) -> float | None:
         first = self.first
