@@ -68,7 +68,7 @@ def main() -> int:
                 print(f"| {name} | {kind} | could not run: {outcome.reason} |")
                 continue
             m = outcome.measured
-            floor = m.get("floor", 0.0)
+            floor = m.get("loss_floor", 0.0)
             cells = [remaining_at(m["losses"], floor, k) for k in KS]
             row = f"| {name} | {kind} | " + " | ".join("" if c is None else f"{c:.3g}" for c in cells)
             row += f" | {floor:.3g} |"

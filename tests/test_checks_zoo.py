@@ -35,7 +35,8 @@ def test_healthy_example_has_no_warning_or_error(name, seed):
 
 def test_every_check_has_a_broken_example():
     covered = {expect.code for name in BROKEN for expect in EXAMPLES[name].expect}
-    assert covered == set(leaky.checks.CHECKS)
+    # LK308 and LK309 are judged by `leaky probe`, on its own runs (tests/test_probe.py)
+    assert covered == {code for code, check in leaky.checks.CHECKS.items() if not check.probe}
 
 
 def test_every_broken_expectation_names_a_real_line():

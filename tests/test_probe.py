@@ -68,8 +68,8 @@ def test_label_smoothing_is_judged_against_its_entropy_floor(tmp_path):
     _, data, _ = probe(tmp_path, CASES.HEALTHY["label-smoothing"])
     measured = data["probes"][0]["measured"]
     on, off = 1 - 0.1 + 0.1 / 5, 0.1 / 5
-    assert measured["floor"] == pytest.approx(-(on * math.log(on) + 4 * off * math.log(off)), rel=1e-5)
-    assert measured["last_loss"] > measured["floor"] and measured["remaining"] < 0.2
+    assert measured["loss_floor"] == pytest.approx(-(on * math.log(on) + 4 * off * math.log(off)), rel=1e-5)
+    assert measured["last_loss"] > measured["loss_floor"] and measured["remaining"] < 0.2
 
 
 # -- broken scripts fail, at the right place -----------------------------------------------
@@ -200,9 +200,12 @@ def test_too_few_steps_and_keyword_batches_could_not_run(tmp_path):
 
 def test_a_slow_optimizer_is_not_yet_judged(tmp_path):
     slow = CASES.HEALTHY["mlp-adam-shallow"]
-    _, data, _ = probe(tmp_path, slow, flags=["--steps", "60", "--holdout", "5", "--repeats", "1"])
+    _, data, _ = probe(tmp_path, slow, flags=["--steps", "100", "--holdout", "5", "--repeats", "1"])
     (overfit,) = [p for p in data["probes"] if p["code"] == "LK308"]
     assert overfit["verdict"] == "could not run" and "still falling" in overfit["reason"]
+    assert overfit["measured"]["remaining"] > 0.2 and overfit["measured"]["steps_to_threshold"] < 2.5
+    _, data, _ = probe(tmp_path, slow, flags=["--steps", "40", "--holdout", "5", "--repeats", "1"])
+    assert data["probes"][0]["verdict"] == "could not run" and "slow start" in data["probes"][0]["reason"]
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -227,7 +230,7 @@ def test_json_schema_exit_codes_and_untouched_files(tmp_path, capsys):
     overfit, inputs = data["probes"]
     assert (overfit["code"], overfit["name"], inputs["code"], inputs["name"]) == \
         ("LK308", "cannot-overfit", "LK309", "input-ignored")
-    assert {"losses", "first_loss", "last_loss", "floor", "remaining", "threshold", "audit"} <= set(overfit["measured"])
+    assert {"losses", "first_loss", "last_loss", "loss_floor", "remaining", "max_remaining", "audit"} <= set(overfit["measured"])
     assert {"real_loss", "zeroed_loss", "margin", "held_out", "zeroed"} <= set(inputs["measured"])
     assert [r["run"] for r in data["runs"]] == ["real inputs", "real inputs", "the first batch only",
                                                 "real inputs, seeds +1", "inputs replaced by zeros"]

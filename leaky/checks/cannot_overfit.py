@@ -45,8 +45,8 @@ def check(stats: OverfitStats, config: ProbeConfig) -> list[Finding]:
            "the path, a clamp or round whose derivative is 0, dead ReLUs, an output layer that is frozen or "
            "has lr 0, a softmax or sigmoid the loss applies again. `leaky audit` names each; check that "
            "loss.backward() is called on the loss the model's output feeds.")
-    evidence = {"first_loss": stats.first, "last_loss": stats.last, "floor": stats.floor,
-                "floor_what": stats.floor_what, "remaining": remaining, "threshold": config.overfit_fraction,
+    evidence = {"first_loss": stats.first, "last_loss": stats.last, "loss_floor": stats.floor,
+                "floor_what": stats.floor_what, "remaining": remaining, "max_remaining": config.overfit_fraction,
                 "steps": len(stats.losses),
                 "audit": [{"code": a.code, "name": a.name, "severity": a.severity, "where": a.where}
                           for a in stats.audit]}

@@ -178,8 +178,8 @@ def _overfit(trial, config: ProbeConfig) -> ProbeOutcome:
     floor, floor_what = _floor(replay, run.losses[0])
     stats = OverfitStats(tuple(run.losses), config.steps, floor, floor_what, config.overfit_tail, _notes(run),
                          run.backward_site, replay.recorded)
-    measured.update({"first_loss": stats.first, "last_loss": stats.last, "floor": floor, "floor_what": floor_what,
-                     "remaining": stats.remaining, "threshold": config.overfit_fraction,
+    measured.update({"first_loss": stats.first, "last_loss": stats.last, "loss_floor": floor, "floor_what": floor_what,
+                     "remaining": stats.remaining, "max_remaining": config.overfit_fraction,
                      "audit": [{"code": a.code, "name": a.name, "severity": a.severity, "where": a.where}
                                for a in stats.audit]})
     if stats.remaining is None:

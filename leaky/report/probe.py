@@ -19,7 +19,7 @@ def _overfit_cells(m: dict) -> str:
     if m.get("remaining") is None:
         return f"{len(m.get('losses') or [])} steps on the first batch"
     text = (f"loss {num(m['first_loss'])} → {num(m['last_loss'])} on the first batch, {len(m['losses'])} steps; "
-            f"floor {num(m['floor'])}\n{pct(m['remaining'])} of it left (passes at ≤ {pct(m['threshold'])})")
+            f"floor {num(m['loss_floor'])}\n{pct(m['remaining'])} of it left (passes at ≤ {pct(m['max_remaining'])})")
     serious = [a for a in m.get("audit") or [] if a["severity"] != "info"]
     if serious:
         text += "\naudit: " + ", ".join(f"{a['code']} {a['name']}" for a in serious)
