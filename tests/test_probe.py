@@ -328,6 +328,8 @@ def test_probes_leave_nothing_behind(tmp_path):
     assert torch.Tensor.backward is backward and torch.manual_seed is seed
     assert torch._C._len_torch_function_stack() == 0
     assert not module_globals._global_forward_pre_hooks and not module_globals._global_forward_hooks
+    assert not module_globals._global_forward_hooks_with_kwargs
+    assert not module_globals._global_forward_hooks_always_called
     assert not optimizer_globals._global_optimizer_pre_hooks and not optimizer_globals._global_optimizer_post_hooks
 
 

@@ -86,6 +86,9 @@ class ModelCalls:
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
+            # NOTE: torch's handle of a global forward hook registered with_kwargs=True
+            # leaves its id in this dict (torch.compile then warns of global hooks).
+            module_globals._global_forward_hooks_with_kwargs.pop(handle.id, None)
         self._handles.clear()
 
     def owns(self, module: nn.Module) -> bool:
