@@ -4,6 +4,8 @@ For each case folder in benchmarks/zoo/ (sorted) this runs, in the case folder,
 
     python -m leaky audit --json <tmp> [label "args"] train.py [label "script_args"]
 
+(`leaky probe` instead of `leaky audit` for a label with "command": "probe", the cases of
+LK308 and LK309 and their look-alikes; its leaky/probe-v1 JSON has the same `findings`)
 with OMP_NUM_THREADS=1 and a 120 s timeout, loads the JSON report and scores it against
 label.json (format: benchmarks/zoo/README.md):
 
@@ -89,7 +91,8 @@ def run_case(case: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with tempfile.TemporaryDirectory(prefix="leaky-detect-") as tmp:
         out_json = os.path.join(tmp, "report.json")
-        cmd = [sys.executable, "-m", "leaky", "audit", "--json", out_json, *audit_args, "train.py", *script_args]
+        command = label.get("command", "audit")   # "probe": LK308/LK309, judged by `leaky probe`
+        cmd = [sys.executable, "-m", "leaky", command, "--json", out_json, *audit_args, "train.py", *script_args]
         result["command"] = cmd[1:]
         start = time.perf_counter()
         try:

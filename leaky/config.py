@@ -91,6 +91,11 @@ class AuditConfig:
     # One output in 20 is likely harm, one in 4 (the worst quarter never learns) an error.
     dead_zone_loss_warning: float = 0.05
     dead_zone_loss_error: float = 0.25
+    # LK301: a bounded output (sigmoid [0, 1], tanh [-1, 1], relu [0, inf)) regressed onto
+    # targets is an error when more than this share of the targets' range lies outside its
+    # bounds: then a part of the targets can never be reached (a ReLU head on standardised
+    # targets: about half). Targets that stray a hair past a bound (noise) are not judged.
+    unreachable_target_share: float = 0.05
     # LK307: the first loss is "far above" a neutral output layer's when it is at least this
     # many times it. At 2x, half of the starting loss is the initialisation's offset, not the
     # task: cross-entropy over 10 classes starting at 4.6 nats has logits of std ~3 (a

@@ -516,3 +516,44 @@ def test_attention_over_the_batch_names_batch_first():
     torch.manual_seed(0)
     (finding,) = _lk306(_audit(AttentionOverBatch(), _seq, _classes))
     assert finding.module == "attn" and "batch_first=True" in finding.fix
+
+
+class HandWrittenTimeMajorRNN(nn.Module):
+    """Karpathy-style: inputs (T, B, V), a loop over t; dim 0 is time, not the batch."""
+
+    def __init__(self, vocab=12, hidden=16):
+        super().__init__()
+        self.w_xh, self.w_hh = nn.Parameter(torch.randn(vocab, hidden) * 0.3), nn.Parameter(torch.eye(hidden) * 0.5)
+        self.w_hy = nn.Parameter(torch.randn(hidden, vocab) * 0.3)
+
+    def forward(self, inputs):
+        h = inputs.new_zeros(inputs.shape[1], self.w_hh.shape[0])
+        out = []
+        for t in range(inputs.shape[0]):
+            h = torch.tanh(inputs[t] @ self.w_xh + h @ self.w_hh)
+            out.append(h @ self.w_hy)
+        return torch.stack(out)
+
+
+class HandWrittenTimeMajorMixed(HandWrittenTimeMajorRNN):
+    def forward(self, inputs):
+        return super().forward(inputs - inputs.mean(1, keepdim=True))   # TIME-MAJOR-MIXED
+
+
+def _one_hot_seq(step):
+    ids = torch.randint(0, 12, (T + 4, B), generator=torch.Generator().manual_seed(step))
+    return F.one_hot(ids, 12).float()
+
+
+def _seq_loss(out):
+    return out.pow(2).mean()
+
+
+def test_a_hand_written_time_major_recurrence_is_read_as_time_by_its_causal_dim_0():
+    torch.manual_seed(0)
+    report = _audit(HandWrittenTimeMajorRNN(), _one_hot_seq, _seq_loss)
+    assert not _lk306(report)
+    (probe,) = report.batch_probes
+    assert probe["judged"] and not probe["mixed"] and probe["batch"] == B, probe
+    (finding,) = _lk306(_audit(HandWrittenTimeMajorMixed(), _one_hot_seq, _seq_loss))
+    assert finding.source.line == _line("TIME-MAJOR-MIXED") and finding.evidence["batch"] == B

@@ -1,7 +1,9 @@
 """The check catalog: one file per check, registered under a stable code and name.
 
 A check is a pure function `(AuditStats, AuditConfig) -> list[Finding]`. It never touches
-hooks and never prints. Its explanation page is `leaky/pages/<CODE>-<name>.md`.
+hooks and never prints. Its explanation page is `leaky/pages/<CODE>-<name>.md`. A probe
+check (LK308, LK309: `probe=True`) is judged by `leaky probe` on what its active runs
+measured, `(leaky.probe.stats record, ProbeConfig) -> list[Finding]`; an audit skips it.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class Check:
     summary: str
     run: CheckFn
     links: bool = False   # runs after the others and receives their findings, to name a cause
+    probe: bool = False   # judged by `leaky probe` on its runs' measurements, not by an audit
 
 
 CHECKS: dict[str, Check] = {}
@@ -32,14 +35,17 @@ _MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "explodi
             "stale_parameter", "update_ratio", "gradient_accumulation", "loss_not_decreasing",
             "loss_diverging", "loss_output_mismatch", "bad_initialization", "unnormalized_input",
             "precision_underflow", "wrong_gradient", "batch_mixing", "loss_at_init")
+_PROBE_MODULES = ("cannot_overfit", "input_ignored")
 
 
-def register(code: str, name: str, summary: str, links: bool = False) -> Callable[[CheckFn], CheckFn]:
-    """Add a check. With links=True it is called as fn(stats, config, findings_of_the_others)."""
+def register(code: str, name: str, summary: str, links: bool = False,
+             probe: bool = False) -> Callable[[CheckFn], CheckFn]:
+    """Add a check. With links=True it is called as fn(stats, config, findings_of_the_others);
+    with probe=True only `leaky probe` calls it, on its runs' measurements."""
     def add(fn: CheckFn) -> CheckFn:
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice")
-        CHECKS[code] = Check(code, name, summary, fn, links)
+        CHECKS[code] = Check(code, name, summary, fn, links, probe)
         return fn
     return add
 
@@ -56,11 +62,12 @@ def lookup(key: str) -> Check:
 
 def run_all(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings: list[Finding] = []
-    for check in CHECKS.values():
+    audited = [check for check in CHECKS.values() if not check.probe]
+    for check in audited:
         if not check.links:
             findings.extend(check.run(stats, config))
     causes = list(findings)
-    for check in CHECKS.values():
+    for check in audited:
         if check.links:
             findings.extend(check.run(stats, config, causes))
     return sort_findings(findings)
@@ -96,5 +103,5 @@ def _explains(cause: Finding, symptom: Finding) -> bool:
                for e in cause.evidence.get("explains") or ())
 
 
-for _name in _MODULES:
+for _name in _MODULES + _PROBE_MODULES:
     import_module(f"leaky.checks.{_name}")

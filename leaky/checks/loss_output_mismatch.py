@@ -38,7 +38,7 @@ def _producer(loss: LossStats):
 
 @dataclass(frozen=True)
 class Rule:
-    applies: Callable[[LossStats, AuditStats], bool]
+    applies: Callable[[LossStats, AuditStats, AuditConfig], bool]
     severity: Severity
     message: Callable[[LossStats], str]
     fix: str
@@ -79,27 +79,35 @@ def _dim_over_batch(loss: LossStats, stats: AuditStats) -> bool:
             and op.detail.get("dim") in (0, -len(loss.input_shape)))
 
 
-def _unreachable(loss: LossStats) -> tuple[float, float] | None:
-    """A bounded output regressed onto targets outside its range: the bounds, else None."""
+def _bounds(loss: LossStats) -> tuple[float, float] | None:
+    """The output range of the op that feeds a regression loss (sigmoid [0, 1], relu [0, inf))."""
     if not _expects(loss, ops.VALUES) or loss.target_low is None or not loss.input_node:
         return None
     rule = ops.node_rule(loss.input_node.rstrip("0123456789"))
-    bounds = None if rule is None else rule.output_range
+    return None if rule is None else rule.output_range
+
+
+def _unreachable(loss: LossStats, config: AuditConfig) -> bool:
+    """A bounded output regressed onto targets of which a real share of their range lies
+    outside its bounds (a sigmoid onto prices, a ReLU onto standardised targets)."""
+    bounds = _bounds(loss)
     if bounds is None:
-        return None
+        return False
     low, high = bounds
-    return bounds if loss.target_low < low - 1e-6 or loss.target_high > high + 1e-6 else None
+    outside = max(0.0, low - loss.target_low) + max(0.0, loss.target_high - high)
+    span = loss.target_high - loss.target_low
+    return outside > 1e-6 and outside > config.unreachable_target_share * span
 
 
 RULES = (
-    Rule(lambda loss, _: _expects(loss, ops.LOGITS) and _normalised(loss), Severity.ERROR,
+    Rule(lambda loss, _, __: _expects(loss, ops.LOGITS) and _normalised(loss), Severity.ERROR,
          lambda loss: (f"{loss.op} applies its own normalisation, but its input already went through "
                        f"{_norm_name(loss)}: normalised twice, the inputs are squeezed into a small range "
                        f"(here [{num(loss.low)}, {num(loss.high)}]), so the loss can never be confident and "
                        "its gradient never vanishes at the right answer."),
          "Pass the raw logits: remove the softmax/sigmoid before the loss (keep it for metrics under "
          "torch.no_grad()), or use F.nll_loss on torch.log_softmax(logits, dim=-1)."),
-    Rule(lambda loss, _: _expects(loss, ops.LOG_PROBABILITIES) and (_normalised(loss)
+    Rule(lambda loss, _, __: _expects(loss, ops.LOG_PROBABILITIES) and (_normalised(loss)
                                                                     or (loss.high is not None and loss.high > 1e-6)),
          Severity.ERROR,
          lambda loss: (f"{loss.op} expects log-probabilities (≤ 0) but gets "
@@ -110,19 +118,19 @@ RULES = (
                           f"values up to {num(loss.high)}: positive numbers are not log-probabilities, and "
                           "on raw scores the loss −a_y is unbounded below.")),
          "Use torch.log_softmax(logits, dim=-1) before nll_loss, or F.cross_entropy(logits, target)."),
-    Rule(lambda loss, _: _expects(loss, ops.LOGITS) and _clipped(loss), Severity.WARNING,
+    Rule(lambda loss, _, __: _expects(loss, ops.LOGITS) and _clipped(loss), Severity.WARNING,
          lambda loss: (f"the logits reaching {loss.op} come out of {_norm_name(loss)}: they "
                        f"can never be negative (range here [{num(loss.low)}, {num(loss.high)}]), and wherever "
                        "they are clipped the gradient is exactly 0."),
          "Remove the ReLU/clamp after the last layer: logits must be free to take any sign."),
-    Rule(lambda loss, _: _expects(loss, ops.PROBABILITIES) and (
+    Rule(lambda loss, _, __: _expects(loss, ops.PROBABILITIES) and (
              (loss.failed is not None) or (loss.low is not None and (loss.low < 0 or loss.high > 1))),
          Severity.ERROR,
          lambda loss: (f"{loss.op} needs probabilities in [0, 1]; it was given "
                        f"{'values outside that range (' + loss.failed + ')' if loss.failed else f'[{num(loss.low)}, {num(loss.high)}]'}."),
          "Pass logits to F.binary_cross_entropy_with_logits (nn.BCEWithLogitsLoss) instead of applying "
          "sigmoid yourself: it is also numerically stable.", at_loss=True),
-    Rule(lambda loss, _: _expects(loss, ops.VALUES) and loss.target_shape is not None and (
+    Rule(lambda loss, _, __: _expects(loss, ops.VALUES) and loss.target_shape is not None and (
              loss.target_dtype in ("int64", "int32", "uint8", "int16", "int8")
              or (loss.target_integral and len(loss.input_shape) == len(loss.target_shape) + 1
                  and loss.input_shape[-1] > 1)),
@@ -132,25 +140,25 @@ RULES = (
                        "a regression loss treats class 3 as 'closer' to 2 than to 7."),
          "For classes use F.cross_entropy(logits, target) with integer targets; for regression make the "
          "target the same shape as the prediction.", at_loss=True),
-    Rule(lambda loss, _: _expects(loss, ops.VALUES) and loss.target_shape not in (None, ())
+    Rule(lambda loss, _, __: _expects(loss, ops.VALUES) and loss.target_shape not in (None, ())
          and loss.target_shape != loss.input_shape and loss.failed is None, Severity.WARNING,
          lambda loss: (f"{loss.op} broadcasts predictions {list(loss.input_shape)} against targets "
                        f"{list(loss.target_shape)}: every prediction is compared with every target, not "
                        "with its own."),
          "Make the shapes match, e.g. pred.squeeze(-1) or target.unsqueeze(-1).", at_loss=True),
-    Rule(lambda loss, _: _unreachable(loss) is not None, Severity.ERROR,
+    Rule(lambda loss, _, config: _unreachable(loss, config), Severity.ERROR,
          lambda loss: (f"{loss.op} regresses the output of {_norm_name(loss)}, which lies in "
-                       f"[{_unreachable(loss)[0]:g}, {_unreachable(loss)[1]:g}], onto targets in "
-                       f"[{num(loss.target_low)}, {num(loss.target_high)}]: it can never reach them, and the "
-                       f"closer it gets to its bound the flatter {_norm_name(loss)} becomes (its derivative → 0)."),
+                       f"[{_bounds(loss)[0]:g}, {_bounds(loss)[1]:g}], onto targets in "
+                       f"[{num(loss.target_low)}, {num(loss.target_high)}]: it can never reach those outside, and "
+                       f"pushed toward its bound {_norm_name(loss)} goes flat (its derivative → 0)."),
          "Drop the squashing on the output layer (a plain Linear for regression), or scale the targets into "
          "the output's range."),
-    Rule(lambda loss, _: _softmax_made(loss) and loss.input_shape
+    Rule(lambda loss, _, __: _softmax_made(loss) and loss.input_shape
          and loss.input_shape[-1] == 1, Severity.ERROR,
          lambda loss: (f"the {loss.op} input is a softmax over a dimension of size 1: it is constant "
                        "(1, or 0 after log), so every gradient through it is exactly 0."),
          "For one output use a sigmoid with F.binary_cross_entropy_with_logits; for C classes output C logits."),
-    Rule(lambda loss, stats: _dim_over_batch(loss, stats), Severity.ERROR,
+    Rule(lambda loss, stats, __: _dim_over_batch(loss, stats), Severity.ERROR,
          lambda loss: (f"the {_norm_name(loss)} feeding {loss.op} normalises over dim 0 of a "
                        f"{list(loss.input_shape)} tensor, the batch: each class's scores are normalised "
                        "across samples instead of each sample's scores across classes."),
@@ -163,7 +171,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
     for loss in stats.losses_seen:
         for rule in RULES:
-            if rule.applies(loss, stats):
+            if rule.applies(loss, stats, config):
                 findings.append(_finding(loss, rule, stats))
                 break   # the first matching rule is the most specific
     return findings

@@ -5,6 +5,7 @@
     leaky runs [--store PATH]
     leaky show RUN [--store PATH]
     leaky fix [--steps K] [--holdout H] [--repeats R] [--json PATH] SCRIPT [script args...]
+    leaky probe [--steps K] [--holdout H] [--repeats R] [--json PATH] SCRIPT [script args...]
     leaky explain dead-zone | LK106
     leaky demo
 
@@ -14,11 +15,14 @@ backward pass was observed; or the script's own nonzero status, as `python SCRIP
 have ended (1 for an uncaught exception, N for `sys.exit(N)`, 130 for Ctrl-C), which wins
 over 1 for findings. The script's traceback, without leaky's frames, follows the report on
 stderr. `fix` ends with 0, 2 when it could judge nothing, or the unfixed run's own status.
+`probe` ends with 0 when every probe passed, 1 when one failed, 2 when none failed and one
+could not run, or the real-input run's own status (PROBE_EXIT_CODES).
 """
 from __future__ import annotations
 
 from leaky.cli.fix import cmd_demo, cmd_explain, cmd_fix
 from leaky.cli.parser import build_parser  # noqa: F401  (re-exported)
+from leaky.cli.probe import cmd_probe
 from leaky.cli.run import cmd_audit, cmd_watch
 from leaky.cli.stored import cmd_report, cmd_runs, cmd_show
 
@@ -26,7 +30,8 @@ from leaky.cli.stored import cmd_report, cmd_runs, cmd_show
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show, "report": cmd_report,
-               "explain": cmd_explain, "demo": cmd_demo, "fix": cmd_fix}[args.command]
+               "explain": cmd_explain, "demo": cmd_demo, "fix": cmd_fix,
+               "probe": cmd_probe}[args.command]
     return handler(args)
 
 

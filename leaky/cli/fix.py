@@ -28,17 +28,30 @@ def cmd_explain(args) -> int:
 
 
 def cmd_fix(args) -> int:
-    import json
-
     from leaky.fix import FixConfig, try_fixes
     from leaky.report.fix import render_fix
+
+    result, code = rerun_command(args, "fix", FixConfig(steps=args.steps, holdout=args.holdout, repeats=args.repeats),
+                                 try_fixes, render_fix, ("no fix to try", "the unfixed run", "no fix was judged"))
+    if result is None:
+        return code
+    return EXIT_OK if result.baseline.steps else EXIT_UNUSABLE
+
+
+def rerun_command(args, verb: str, config, run, render, words: tuple[str, str, str]):
+    """What `leaky fix` and `leaky probe` share: the program (a script or --example NAME),
+    progress on stderr, `run(program, config, name, progress, on_step)`, the JSON, the
+    terminal view, and the script's own failure. `words`: (nothing to do, the first run,
+    interrupted). Returns (result, None), or (None, the exit status) when it ends early."""
+    import json
+
     from leaky.script import ScriptError, script_program
 
+    nothing, first_run, interrupted = words
     err = Console(stderr=True, highlight=False)
     if (args.script is None) == (args.example is None):
-        error("leaky fix takes a training script, or --example NAME (one of them)")
-        return EXIT_UNUSABLE
-    config = FixConfig(steps=args.steps, holdout=args.holdout, repeats=args.repeats)
+        error(f"leaky {verb} takes a training script, or --example NAME (one of them)")
+        return None, EXIT_UNUSABLE
     try:
         if args.example:
             from leaky.zoo import get
@@ -50,40 +63,40 @@ def cmd_fix(args) -> int:
             program, name = script_program(args.script, script_args), args.script
     except (ScriptError, KeyError) as exc:
         error(exc.args[0])
-        return EXIT_UNUSABLE
+        return None, EXIT_UNUSABLE
 
-    status = err.status("leaky fix: starting") if err.is_terminal else contextlib.nullcontext()
+    status = err.status(f"leaky {verb}: starting") if err.is_terminal else contextlib.nullcontext()
     current = {"text": ""}
 
     def progress(text: str) -> None:
         current["text"] = text
-        err.print(Text(f"leaky fix: {text}", style="dim"))
+        err.print(Text(f"leaky {verb}: {text}", style="dim"))
 
     def on_step(done: int, total: int) -> None:
         if err.is_terminal and done % 10 == 0:
-            status.update(f"leaky fix: {current['text']}: step {done}/{total}")
+            status.update(f"leaky {verb}: {current['text']}: step {done}/{total}")
 
     try:
         with status:
-            result = try_fixes(program, config, name, progress, on_step)
+            result = run(program, config, name, progress, on_step)
     except KeyboardInterrupt:
-        error("interrupted: no fix was judged")
-        return INTERRUPTED
+        error(f"interrupted: {interrupted}")
+        return None, INTERRUPTED
     base = result.baseline
     if base.failure is not None and not base.steps:
-        error(f"{name} {base.failure.said()} before its first optimizer step; no fix to try.")
+        error(f"{name} {base.failure.said()} before its first optimizer step; {nothing}.")
         trial_failure(base, with_output=True)
-        return base.failure.status
+        return None, base.failure.status
     data = result.to_dict()
     if args.json and not emit(json.dumps(data, indent=2, default=str), args.json, "JSON result"):
-        return EXIT_UNUSABLE
+        return None, EXIT_UNUSABLE
     if args.json != "-":
-        render_fix(Console(highlight=False), data)
+        render(Console(highlight=False), data)
     if base.failure is not None:
-        error(f"the unfixed run of {name} {base.failure.said()} after {base.steps} steps.")
+        error(f"{first_run} of {name} {base.failure.said()} after {base.steps} steps.")
         trial_failure(base)
-        return base.failure.status
-    return EXIT_OK if base.steps else EXIT_UNUSABLE
+        return None, base.failure.status
+    return result, None
 
 
 def trial_failure(trial, with_output: bool = False) -> None:

@@ -13,6 +13,13 @@ EXIT_CODES = """exit status:
      exception; N: sys.exit(N); 130: Ctrl-C); it wins over 1 for findings. The
      script's traceback, without leaky's frames, follows the report on stderr."""
 FAIL_ON = ("error", "warning", "info", "never")
+PROBE_EXIT_CODES = """exit status:
+  0  every probe passed
+  1  a probe failed (its LK308/LK309 finding is in the report)
+  2  no probe failed, and one could not run (the reason is in its row), or the script
+     cannot be run at all
+  N  the real-input run's own nonzero status, as `python SCRIPT` would end (1: an
+     uncaught exception; N: sys.exit(N)); its traceback follows on stderr. 130: Ctrl-C"""
 
 
 def _positive(text: str) -> int:
@@ -35,6 +42,19 @@ def _steps(text: str) -> int | None:
     if value < 0:
         raise argparse.ArgumentTypeError("--steps must be positive (or 'all')")
     return value
+
+
+def _rerun_arguments(command, scored: str, repeats: str, schema: str) -> None:
+    """The flags `leaky fix` and `leaky probe` share: K, H, R, the JSON, --example, the script."""
+    command.add_argument("--steps", type=_positive, default=200, metavar="K",
+                         help="training steps of each run (default 200)")
+    command.add_argument("--holdout", type=_positive, default=20, metavar="H",
+                         help=f"held-out steps after step K, the model frozen, that {scored} (default 20)")
+    command.add_argument("--repeats", type=_positive, default=2, metavar="R", help=f"{repeats} (default 2)")
+    command.add_argument("--json", metavar="PATH", help=f"write the leaky/{schema}-v1 JSON result here ('-': stdout)")
+    command.add_argument("--example", metavar="NAME", help="a built-in example instead of a script (see leaky demo)")
+    command.add_argument("script", nargs="?", help="the training script, run as `python SCRIPT args...` would")
+    command.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,16 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog="exit status: 0; 2 when the script cannot be run or makes no optimizer step; "
                                 "or the unfixed run's own nonzero status, as `python SCRIPT` would end (its "
                                 "traceback follows on stderr); 130 on Ctrl-C")
-    fix.add_argument("--steps", type=_positive, default=200, metavar="K",
-                     help="training steps of each run (default 200)")
-    fix.add_argument("--holdout", type=_positive, default=20, metavar="H",
-                     help="held-out steps after step K, the model frozen, that score each run (default 20)")
-    fix.add_argument("--repeats", type=_positive, default=2, metavar="R",
-                     help="unfixed runs with shifted seeds that measure the noise (default 2)")
-    fix.add_argument("--json", metavar="PATH", help="write the leaky/fix-v1 JSON result here ('-': stdout)")
-    fix.add_argument("--example", metavar="NAME", help="a built-in example instead of a script (see leaky demo)")
-    fix.add_argument("script", nargs="?", help="the training script, run as `python SCRIPT args...` would")
-    fix.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    _rerun_arguments(fix, "score each run", "unfixed runs with shifted seeds that measure the noise", "fix")
+    probe = sub.add_parser("probe", help="the active checks: can the model memorise one batch (LK308), does it "
+                                         "use its input (LK309); short runs from the same start",
+                           epilog=PROBE_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _rerun_arguments(probe, "score LK309's runs", "real-input runs with shifted seeds that measure LK309's noise",
+                     "probe")
     explain = sub.add_parser("explain", help="print what a check means and how to fix it")
     explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
     demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")

@@ -8,6 +8,8 @@ the initialisation a layer feeding them wants.
 """
 from __future__ import annotations
 
+import math
+
 from leaky.ops.rule import BOUNDS, IDENTITY, LEAKY, SOFTMAX_DIM, STRAIGHT_THROUGH, Activation, Init, OpRule, Zone, register
 
 
@@ -54,6 +56,7 @@ SOFTMAX_OF_ONE = Zone(
 
 register(OpRule("relu", ("relu_",), ("ReluBackward",), "d/dx relu(x) = 1 if x > 0 else 0", activation=RELU,
                 counts_zeros=True, keeps_finite=True, clips=True, replacement=LEAKY, module="ReLU",
+                output_range=(0.0, math.inf),
                 extra={"relu_like": True, "rnn_step": True}))
 register(OpRule("threshold", ("threshold_",), ("ThresholdBackward",), "d/dx threshold(x, t, v) = 1 if x > t else 0",
                 activation=THRESHOLD, counts_zeros=True, clips=True))

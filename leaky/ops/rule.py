@@ -89,7 +89,7 @@ class OpRule:
     mixes: bool = False                           # each output's gradient reaches many inputs (matmul, conv)
     chooses: bool = False                         # elementwise max/min of two tensors: picks a branch per element
     normaliser: tuple[int, int] | None = None     # batch/layer/group norm: weight and bias positions
-    output_range: tuple[float, float] | None = None   # a bounded output (sigmoid [0, 1], tanh [-1, 1])
+    output_range: tuple[float, float] | None = None   # a bounded output (sigmoid [0, 1], tanh [-1, 1], relu [0, inf))
     normalises: bool = False                      # applies the normalisation a logits loss applies again
     clips: bool = False                           # its output is never negative: logits fed through it cannot be
     trap: tuple[str, str] | None = None           # LK107: why its backward can be infinite, and the fix

@@ -7,11 +7,13 @@ row i (a random cotangent on it), the gradient with respect to the whole input b
 be zero in every row j != i: a per-sample model has no path from x_j to y_i. The test is
 exact: a path that does not exist sends exactly 0 (0 · w sums to 0), whatever the weights.
 
-Which dim is the batch? Dim 0 of the input (a DataLoader's collate, batch_first), or
-dim 1 as well in a model with a time-major module (see _batch_dims). It is paired with
-every output dim of the same size N >= 2, and rows 0 and N - 1 are read (the last row of
-a time dim draws on all earlier steps, so a time dim never passes for a batch dim). The
-model is per-sample if one such pair keeps both rows apart; it mixes the batch if none does.
+Which dim is the batch? Dim 0 of the input (a DataLoader's collate, batch_first). It is
+paired with every output dim of the same size N >= 2, and rows 0 and N - 1 are read (the
+last row of a time dim draws on all earlier steps, so a time dim never passes for a batch
+dim). The model is per-sample if one such pair keeps both rows apart. If dim 0 mixes only
+causally (row 0 depends on no other row, as h_0 sees x_0 alone: a hand-written time-major
+recurrence), or the model has a time-major module (batch_first=False), dim 1 is judged as
+the batch too, and decides (see _judge).
 Integer inputs (token ids) are differentiated through: the output of the embedding that
 reads them stands in for them.
 
@@ -28,7 +30,7 @@ mixture-of-experts router that spreads capacity over the batch.
 The probe changes nothing: it runs on copies of the inputs, with torch.autograd.grad
 (no parameter's .grad is touched), under torch.random.fork_rng (the random state is
 restored), with every buffer copied back afterwards (running statistics), the user's
-hooks off and what `forward` writes on its modules put back (see _untouched), and with
+hooks off and what `forward` writes on its modules put back (record/rerun.py), and with
 none of leaky's instruments on (Recorder.left_out).
 """
 from __future__ import annotations
@@ -46,6 +48,7 @@ from torch.overrides import TorchFunctionMode
 
 from leaky import ops
 from leaky.record.opmode import op_name
+from leaky.record.rerun import batchnorm_in_eval, buffers_kept, snapshot, untouched
 from leaky.stats import BATCHNORM_NO_STATS, GRAPH, ROUTER
 
 ROOTS = 4             # root models probed per audit
@@ -112,7 +115,7 @@ class BatchProbe:
             dims = self._dims[id(module)] = _batch_dims(inner)
         if not any(t.ndim > d and t.shape[d] >= 2 for t in _tensors((args, kwargs or {})) for d in dims):
             return   # a batch of one (a DQN acting on one observation): probe a later call
-        self._pending.append((module, inner, dims, _snapshot(args), _snapshot(kwargs or {})))
+        self._pending.append((module, inner, dims, snapshot(args), snapshot(kwargs or {})))
 
     def run_pending(self) -> None:
         """Probe the calls noted during the step that just ended."""
@@ -126,17 +129,6 @@ class BatchProbe:
                 continue   # no output dim matched: maybe a later call's will
             self._seen.add(id(module))
             self.records.append(record)
-
-
-def _snapshot(value: Any, depth: int = 2) -> Any:
-    """The call's inputs as they were: each tensor copied (a loader may reuse its buffers)."""
-    if isinstance(value, Tensor):
-        return value.detach().clone()
-    if depth and isinstance(value, dict) and type(value) is dict:
-        return {k: _snapshot(v, depth - 1) for k, v in value.items()}
-    if depth and type(value) in (tuple, list):
-        return type(value)(_snapshot(v, depth - 1) for v in value)
-    return value
 
 
 def _unwrapped(module: nn.Module) -> nn.Module:
@@ -193,83 +185,6 @@ def _rebuildable(value: dict) -> bool:
 
 
 @contextmanager
-def _batchnorm_in_eval(model: nn.Module):
-    """Batch norm in training mode normalises over the batch: by design. Probe it in eval
-    mode, on its running statistics (the modes are put back)."""
-    switched = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.training
-                and m.track_running_stats and m.running_mean is not None]
-    for m in switched:
-        m.train(False)
-    try:
-        yield switched
-    finally:
-        for m in switched:
-            m.train(True)
-
-
-@contextmanager
-def _buffers_kept(model: nn.Module):
-    saved = [(b, b.detach().clone()) for b in model.buffers()]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                # NOTE: through .data, which keeps the version counter: a graph of the user's
-                # that saved this buffer (batch norm saves its running statistics) sees the
-                # values it saw before the probe, and no in-place write.
-                if buffer.shape == value.shape and not torch.equal(buffer, value):
-                    buffer.data.copy_(value)
-
-
-_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
-          "_forward_hooks_always_called", "_backward_pre_hooks", "_backward_hooks")
-_GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_with_kwargs",
-                 "_global_forward_hooks_always_called", "_global_backward_pre_hooks", "_global_backward_hooks")
-_INTERNAL = frozenset(_HOOKS) | {"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set",
-                                 "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-                                 "_load_state_dict_post_hooks", "_is_full_backward_hook"}
-
-
-@contextmanager
-def _untouched(model: nn.Module):
-    """The user's own hooks do not run (a hook that keeps the last activation would keep the
-    probe's), and what `forward` writes on its modules is put back (a call counter, a cache,
-    a list it appends to). Hooks that compute a weight (weight_norm, pruning) are off too:
-    their last result stays in place, and the dependencies are the same."""
-    modules = list(model.modules())
-    hooks = [(m, name, getattr(m, name)) for m in modules for name in _HOOKS if hasattr(m, name)]
-    globals_ = [(name, getattr(module_globals, name)) for name in _GLOBAL_HOOKS if hasattr(module_globals, name)]
-    state = [(m, {k: v for k, v in vars(m).items() if k not in _INTERNAL}) for m in modules]
-    contents = [(v, list(v) if isinstance(v, list) else dict(v)) for _, attrs in state for v in attrs.values()
-                if type(v) in (list, dict)]
-    for m, name, _ in hooks:
-        setattr(m, name, type(getattr(m, name))())
-    for name, value in globals_:
-        setattr(module_globals, name, type(value)())
-    try:
-        yield
-    finally:
-        for m, name, value in hooks:
-            setattr(m, name, value)
-        for name, value in globals_:
-            setattr(module_globals, name, value)
-        for m, attrs in state:
-            now = vars(m)
-            for key in [k for k in now if k not in _INTERNAL and k not in attrs]:
-                del now[key]
-            for key, value in attrs.items():
-                if now.get(key) is not value:
-                    now[key] = value
-        for value, saved in contents:
-            if isinstance(value, list):
-                value[:] = saved
-            else:
-                value.clear()
-                value.update(saved)
-
-
-@contextmanager
 def _embedding_stand_ins(model: nn.Module, ids: dict, leaves: list, names: dict):
     """An embedding that reads an integer input returns a leaf copy of its output: the
     point to differentiate for token ids."""
@@ -316,19 +231,22 @@ class _Verdict:
     row: int = 0
     reached: int = 0
     pairs: int = 0
-    dim: int = 0        # the point's dim judged as the batch
+    dim: int = 0         # the point's dim judged as the batch
+    causal: bool = False  # mixed, but row 0 depends on no other row: the mark of a time dim
 
 
-def _judge(out: Tensor, point: Tensor, point_dims: tuple[int, ...]) -> _Verdict | None:
-    """Mixed iff some (point dim, output dim) pair of one size N >= 2 was related and no
-    such pair keeps rows 0 and N - 1 apart, for each of `point_dims` (where the batch can
-    be). None when nothing relates them."""
-    pairs = [(pd, od) for pd in point_dims if pd < point.ndim
-             for od in range(out.ndim) if point.shape[pd] == out.shape[od] >= 2]
-    pairs.sort(key=lambda p: (p[0] != p[1], p))   # same position first: (0, 0) is the usual batch
+def _judge_dim(out: Tensor, point: Tensor, pd: int) -> _Verdict | None:
+    """The point's dim `pd` against every output dim of its size N >= 2, at rows 0 and
+    N - 1: clean if one pair keeps both rows apart; else mixed, and causal when row 0 of
+    every related pair depends on no other row (a recurrence over time: h_t sees x_<=t).
+    None when no pair relates them."""
+    if pd >= point.ndim:
+        return None
+    pairs = sorted(((pd, od) for od in range(out.ndim) if point.shape[pd] == out.shape[od] >= 2),
+                   key=lambda p: (p[0] != p[1], p))   # same position first: (0, 0) is the usual batch
     worst: _Verdict | None = None
-    related = 0
-    for pd, od in pairs:
+    related, causal = 0, True
+    for _, od in pairs:
         size = out.shape[od]
         reaches = [(_reach(out, od, row, point, pd), row) for row in (0, size - 1)]
         seen = [(r, row) for r, row in reaches if r is not None]
@@ -337,12 +255,27 @@ def _judge(out: Tensor, point: Tensor, point_dims: tuple[int, ...]) -> _Verdict 
         related += 1
         if all(r == 0 for r, _ in seen):
             return _Verdict(False, size, 0, 0, related, pd)
+        causal = causal and reaches[0][0] == 0
         reached, row = max(seen)
         if worst is None or reached > worst.reached:
             worst = _Verdict(True, size, row, reached, 0, pd)
     if worst is not None:
-        worst.pairs = related
+        worst.pairs, worst.causal = related, causal
     return worst
+
+
+def _judge(out: Tensor, point: Tensor, time_major: bool) -> _Verdict | None:
+    """Mixed iff the batch dim of the input mixes. The batch is dim 0, unless dim 0 mixes
+    only causally (a time dim: a hand-written time-major recurrence) or the model has a
+    time-major module: then dim 1 is judged as the batch too, and decides."""
+    first = _judge_dim(out, point, 0)
+    if first is not None and not first.mixed:
+        return first
+    if (first is not None and first.causal) or time_major:
+        second = _judge_dim(out, point, 1)
+        if second is not None:
+            return second
+    return first
 
 
 def _batch_dims(model: nn.Module) -> tuple[int, ...]:
@@ -353,8 +286,11 @@ def _batch_dims(model: nn.Module) -> tuple[int, ...]:
     NOTE: which dim is the batch cannot be read from the dependencies alone: a model that
     mixes dim 0 and keeps dim 1 apart is either time-major and per-sample, or batch-first
     and mixing. Only a time-major module makes the first reading plausible."""
-    time_major = any(getattr(m, "batch_first", None) is False for m in model.modules())
-    return (0, 1) if time_major else (0,)
+    return (0, 1) if _time_major(model) else (0,)
+
+
+def _time_major(model: nn.Module) -> bool:
+    return any(getattr(m, "batch_first", None) is False for m in model.modules())
 
 
 class _Capture(TorchFunctionMode):
@@ -402,8 +338,8 @@ def _probe(model: nn.Module, args: tuple, kwargs: dict, dims: tuple[int, ...], r
     devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
     names = {id(m): path for path, m in model.named_modules()}
     try:
-        with torch.random.fork_rng(devices=devices), _untouched(model), _batchnorm_in_eval(model) as switched, \
-                _buffers_kept(model), torch.enable_grad():
+        with torch.random.fork_rng(devices=devices), untouched(model), batchnorm_in_eval(model) as switched, \
+                buffers_kept(model), torch.enable_grad():
             record.batchnorm_eval = tuple(key_of(m) for m in switched)
             leaves: list = []
             ids: dict = {}
@@ -420,9 +356,10 @@ def _probe(model: nn.Module, args: tuple, kwargs: dict, dims: tuple[int, ...], r
                 record.note = "integer inputs read by no nn.Embedding"
                 return
             found = None
+            time_major = len(dims) > 1
             for out in outs:
                 for leaf, where in leaves:
-                    verdict = _judge(out, leaf, dims)
+                    verdict = _judge(out, leaf, time_major)
                     if verdict is None:
                         continue
                     record.judged = True
@@ -470,7 +407,7 @@ def _locate_start(model, args, kwargs, ids, leaves, leaf, dim, record, key_of, l
     for op, t, at, module, given_matrix in capture.seen:
         if t is point or size not in t.shape:
             continue
-        verdict = _judge(t, point, (dim,))
+        verdict = _judge_dim(t, point, dim)
         if verdict is None or not verdict.mixed:
             continue
         record.first_op, record.first_where = op, at

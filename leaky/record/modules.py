@@ -69,11 +69,7 @@ class ModuleTracker:
 
     def detach(self) -> None:
         for handle in self._handles:
-            handle.remove()
-            # NOTE: torch's handle of a global hook registered with_kwargs leaves its id in
-            # _global_forward_hooks_with_kwargs (torch 2.13): removed here, or the dict keeps
-            # growing and torch.compile warns that global hooks exist.
-            module_globals._global_forward_hooks_with_kwargs.pop(handle.id, None)
+            remove_global_hook(handle)
         self._handles.clear()
 
     # -- queries -------------------------------------------------------------------
@@ -174,6 +170,16 @@ class ModuleTracker:
         used = set(self.root_labels.values())
         numbered = (f"{label}#{count}" for count in itertools.count(2))
         return next(n for n in itertools.chain([label], numbered) if n not in used)
+
+
+def remove_global_hook(handle: RemovableHandle) -> None:
+    """Remove a global module hook, all of it.
+
+    NOTE: torch's handle of a global forward hook registered with_kwargs=True leaves its id
+    in `_global_forward_hooks_with_kwargs` (torch 2.13): the dict keeps growing, and
+    torch.compile then warns that global hooks exist."""
+    handle.remove()
+    module_globals._global_forward_hooks_with_kwargs.pop(handle.id, None)
 
 
 def _caller_is_internal() -> bool:

@@ -1,0 +1,72 @@
+"""LK309 input-ignored: the same K steps with every input replaced by zeros do as well.
+
+`leaky probe` trains the program for K steps twice from the same start: on its real
+inputs, and with each model input replaced by zeros (token ids by token 0), the targets
+untouched. A model on zeros sees the same input for every sample, so the best it can learn
+is one output for all: the label prior (cross-entropy H(y), the class frequencies),
+the target mean (MSE Var(t)). Its held-out loss is that baseline. A model that uses its
+input does better, by more than the run-to-run noise (`leaky fix`'s: the spread of the
+real runs with shifted seeds, at least 1% of the loss). If the real inputs do no better,
+the input does not reach the output: overwritten (`x = x * 0`, a constant buffer in its
+place), cut (features detached, so only a bias learns), or constant after preprocessing.
+"""
+from __future__ import annotations
+
+import os
+
+from leaky.checks import register
+from leaky.checks._util import num
+from leaky.finding import Finding, Severity, Source
+from leaky.probe.config import ProbeConfig
+from leaky.probe.stats import InputStats
+
+_CUTS = ("LK108", "LK106", "LK102", "LK101", "LK303")
+
+
+@register("LK309", "input-ignored", "zeroed inputs train as well as the real ones (leaky probe)", probe=True)
+def check(stats: InputStats, config: ProbeConfig) -> list[Finding]:
+    if stats.real < stats.zeroed - stats.margin:
+        return []
+    # NOTE: real inputs that do WORSE than zeros are the signature only where the input cannot
+    # be learned from: it does not reach the output, or its path is cut (LK108), so that it
+    # reaches the output through untrained weights only. Otherwise the input is used, just
+    # not learned yet in K steps (a slow start): `leaky probe` says "could not run".
+    worse = stats.real > stats.zeroed + stats.margin
+    if worse and stats.reached is not False and not any(a.code == "LK108" and a.severity != "info"
+                                                        for a in stats.audit):
+        return []
+    module, source, where = _place(stats)
+    scored = "held-out" if stats.held_out else "last training"
+    than = "worse than" if worse else "no better than"
+    message = (f"trained on its real inputs the model's {scored} loss is {num(stats.real)}, {than} with every "
+               f"input replaced by zeros ({num(stats.zeroed)}; noise {num(stats.margin)}): the model does not use "
+               f"its input{where}.")
+    fix = ("Follow the input through forward: a line that overwrites it (x = x * 0, torch.zeros_like(x), a "
+           "buffer used in its place), a feature path cut with .detach() or no_grad so that only a bias "
+           "learns, or preprocessing that makes every sample the same (a normalisation by the wrong axis, a "
+           "mask that is all zero). Print x.std(0) where the model receives it.")
+    evidence = {"real_loss": stats.real, "zeroed_loss": stats.zeroed, "margin": stats.margin,
+                "gain": stats.gain, "scores": list(stats.scores), "held_out": stats.held_out,
+                "zeroed": list(stats.zeroed_kinds), "lost_at": stats.lost, "input_reaches_output": stats.reached,
+                "audit": [a.to_dict() for a in stats.audit]}
+    return [Finding("input-ignored", "LK309", Severity.ERROR, message, fix, module, stats.lost["op"]
+                    if stats.lost else None, source, None, evidence)]
+
+
+def _place(stats: InputStats) -> tuple[str | None, Source | None, str]:
+    """(module, source, the words that say where): the op that made the input constant; the
+    model's forward, when the input never reached its output; an audited cut; else none."""
+    lost = stats.lost
+    if lost is not None and lost.get("file"):
+        return (lost["module"], Source(lost["file"], lost["line"]),
+                f": {lost['op']} at {os.path.basename(lost['file'])}:{lost['line']} makes it the same for "
+                "every sample")
+    if stats.reached is False and stats.forward is not None:
+        forward = stats.forward
+        return ("", Source(forward["file"], forward["line"]),
+                f": {forward['model']}.forward does not pass it on to its output")
+    cut = next((a for a in stats.audit if a.code in _CUTS and a.severity != "info"), None)
+    if cut is not None:
+        return (cut.module, Source(*cut.source) if cut.source else None,
+                f"; the audit shows {cut.code} {cut.name} at {cut.where}")
+    return None, None, ""

@@ -1,0 +1,399 @@
+"""What the probes change in a running program, without editing its files: its batches.
+
+Three run-time parts, each a context manager entered like a `leaky fix` fix (see
+`leaky/fix/runtime.py`) and removed on exit:
+
+- `FirstBatchReplay` (LK308): the first optimizer step's batch, and only it, at every step.
+  It records, during the first step, every tensor the program feeds its model (the
+  positional arguments of each call of a model, a module with parameters called from
+  outside any other) and every tensor that meets the model's outputs outside the model
+  (the targets: the `y` of `cross_entropy(out, y)` or of `out - y`, wherever it is
+  preprocessed). At every later step it gives the same calls those recorded values. A
+  tensor fed at a place the first step did not feed is counted in `unmatched`, and a
+  model fed keyword tensors in `keyword_inputs`: then the replay is not complete and the
+  probe says it could not run.
+- `ZeroInputs` (LK309): each model call's first tensor argument replaced by zeros.
+- `InputTrace` (LK309): in the first model call, where the input's information is lost:
+  the first op whose output is the same for every sample although its input differed,
+  or that the input never reaches the output at all. Reads values, changes nothing.
+
+A data tensor is one that does not require grad and is not a parameter; only ops run with
+grad enabled, outside every model, are looked at for targets (an optimizer's update runs
+under no_grad; a BatchNorm's running statistics are inside its model).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import weakref
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_globals
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.overrides import TorchFunctionMode
+
+from leaky import ops
+from leaky.record.modules import remove_global_hook
+from leaky.record.sites import SourceLocator
+
+# Ops that take only their input's shape, not its values: their constant output loses nothing.
+_SHAPE_ONLY = {"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
+               "new_full", "new_tensor", "size", "dim", "numel"}
+
+
+def _is_data(value) -> bool:
+    return isinstance(value, torch.Tensor) and not value.requires_grad and not isinstance(value, nn.Parameter)
+
+
+def _tensors(value):
+    """The tensors of an argument list, one level into lists and tuples."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                yield item
+
+
+class _Mode(TorchFunctionMode):
+    """A torch-function mode that hands every call to `on_call(func, args, kwargs)`."""
+
+    def __init__(self, on_call) -> None:
+        super().__init__()
+        self.on_call = on_call
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.on_call(func, args, kwargs or {})
+
+
+class ModelCalls:
+    """Global forward hooks that know which module calls are a model's own: a module that
+    owns parameters, called from outside every other such module (a loss module owns none).
+    Subclasses override `on_model(module, args) -> new args | None` and `after_model`."""
+
+    outer = True    # entered after the audit: the audit sees what the model is given
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.applied: list[str] = []
+        self._owns: dict[int, bool] = {}
+        self._handles = []
+
+    def __enter__(self):
+        self._handles = [module_globals.register_module_forward_pre_hook(self._pre),
+                         module_globals.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            remove_global_hook(handle)
+        self._handles.clear()
+
+    def owns(self, module: nn.Module) -> bool:
+        known = self._owns.get(id(module))
+        if known is None:
+            known = self._owns[id(module)] = any(True for _ in module.parameters())
+        return known
+
+    def _pre(self, module, args):
+        if not self.owns(module):
+            return None
+        self.depth += 1
+        if self.depth == 1:
+            return self.on_model(module, args)
+        return None
+
+    def _post(self, module, args, kwargs, output):
+        if not self.owns(module):
+            return None
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0:
+            self.after_model(module, args, kwargs, output)
+        return None
+
+    def on_model(self, module, args):
+        return None
+
+    def after_model(self, module, args, kwargs, output) -> None:
+        return None
+
+
+class FirstBatchReplay(ModelCalls):
+    """The first optimizer step's batch, replayed at every later step (see the module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0                       # lead optimizer steps done
+        self.inputs: dict[tuple, dict[int, torch.Tensor]] = {}   # (model, call) -> {arg index: value}
+        self.targets: dict[tuple, torch.Tensor] = {}             # (site, call, arg) -> value
+        self.floors: list[tuple[str, float | None, float]] = []  # first step: (loss, its floor, its value)
+        self.unmatched: list[str] = []      # where a later step fed a tensor the first did not
+        self.keyword_inputs = False
+        self.replayed = 0                   # tensors given their first-step value
+        self._calls: dict = {}
+        self._lead = None
+        self._locator = SourceLocator()
+        self._mode = _Mode(self._on_call)
+        self._signatures: dict = {}
+
+    def __enter__(self) -> "FirstBatchReplay":
+        super().__enter__()
+        self._handles.append(register_optimizer_step_post_hook(self._on_step))
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+        super().__exit__(*exc)
+
+    @property
+    def recorded(self) -> int:
+        return sum(len(v) for v in self.inputs.values()) + len(self.targets)
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if self._lead is None:
+            self._lead = optimizer
+        if optimizer is self._lead:
+            self.step += 1
+            self._calls.clear()
+
+    def _occurrence(self, key) -> int:
+        count = self._calls.get(key, 0)
+        self._calls[key] = count + 1
+        return count
+
+    def on_model(self, module, args):
+        if not torch.is_grad_enabled():
+            return None                     # an evaluation call, not training
+        key = (id(module), self._occurrence(("model", id(module))))
+        if self.step == 0:
+            self.inputs[key] = {i: a.detach().clone() for i, a in enumerate(args) if _is_data(a)}
+            return None
+        recorded = self.inputs.get(key)
+        if recorded is None:
+            if any(_is_data(a) for a in args):
+                self.unmatched.append(f"call {key[1] + 1} of {type(module).__name__} at step {self.step + 1}")
+            return None
+        self.replayed += len(recorded)
+        return tuple(recorded[i].clone() if i in recorded else a for i, a in enumerate(args))
+
+    def after_model(self, module, args, kwargs, output) -> None:
+        if torch.is_grad_enabled() and any(_is_data(v) for v in kwargs.values()):
+            self.keyword_inputs = True
+
+    def _on_call(self, func, args, kwargs):
+        if self.depth or not torch.is_grad_enabled():
+            return func(*args, **kwargs)
+        flat = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
+        if any(t.requires_grad for t in flat) and any(_is_data(t) and t.numel() > 1 for t in flat):
+            args, kwargs = self._targets(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if self.step == 0:
+            self._note_floor(func, args, kwargs, out)
+        return out
+
+    def _targets(self, func, args, kwargs):
+        """The data arguments of an op that meets the model's output: recorded, or replayed."""
+        where = self._locator.locate()
+        site = (getattr(func, "__name__", str(func)),) + (tuple(where) if where else ())
+        call = self._occurrence(("op", site))
+        new_args = [self._target(site, call, i, a) for i, a in enumerate(args)]
+        new_kwargs = {k: self._target(site, call, k, v) for k, v in kwargs.items()}
+        return tuple(new_args), new_kwargs
+
+    def _target(self, site, call, index, value):
+        if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+            return type(value)(self._target(site, call, (index, j), v) for j, v in enumerate(value))
+        if not (_is_data(value) and value.numel() > 1):
+            return value
+        key = (site, call, index)
+        if self.step == 0:
+            self.targets[key] = value.detach().clone()
+            return value
+        recorded = self.targets.get(key)
+        if recorded is None:
+            where = f"{os.path.basename(site[1])}:{site[2]}" if len(site) > 2 else site[0]
+            self.unmatched.append(f"{site[0]} at {where}, step {self.step + 1}")
+            return value
+        self.replayed += 1
+        return recorded.clone()
+
+    def _note_floor(self, func, args, kwargs, out) -> None:
+        name = getattr(func, "__name__", "")
+        if name not in ops.losses.FLOORS or not isinstance(out, torch.Tensor) or out.numel() != 1:
+            return
+        try:
+            signature = self._signatures.setdefault(name, inspect.signature(func))
+            bound = signature.bind(*args, **kwargs)
+        except (TypeError, ValueError):
+            return
+        floor = ops.losses.floor_of(name, dict(bound.arguments))
+        self.floors.append((name, floor, float(out.detach())))
+
+
+class ZeroInputs(ModelCalls):
+    """Each model call's first data argument (floating point or integer) replaced by zeros.
+
+    NOTE: integer inputs are token ids or indices: they become all 0, the first token of
+    the vocabulary, a valid index of every embedding and one_hot, and the same for every
+    sample, so it carries no information. Boolean tensors (masks) and the other arguments
+    (hidden states, lengths) are left as they are: they are structure, not the input.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.zeroed = 0
+        self.kinds: set[str] = set()
+
+    def on_model(self, module, args):
+        for index, arg in enumerate(args):
+            if _is_data(arg) and arg.dtype != torch.bool:
+                self.zeroed += 1
+                self.kinds.add("floating point → 0.0" if arg.is_floating_point() else "integer (token ids) → 0")
+                if not self.applied:
+                    self.applied.append(f"the input of {type(module).__name__} replaced by zeros")
+                return (*args[:index], torch.zeros_like(arg), *args[index + 1:])
+        return None
+
+
+class InputTrace(ModelCalls):
+    """Where the input's information is lost, in the first training call of a model.
+
+    A tensor is informative when it comes from the input and differs between the samples
+    of the batch (along dim 0). The first op that takes an informative tensor and returns
+    one that is the same for every sample (`x * 0`) is where the input is lost; if no op
+    does and the model's output is not informative, the input never reached it (the
+    forward used a constant instead). Ops that read only a shape (zeros_like) do not count.
+    An input that arrives the same for every sample was lost before the model: at the op
+    of the script that made varying data constant (a clamp of raw readings to [0, 1]),
+    when that op was seen.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+        self.lost: dict | None = None        # {"op", "file", "line", "module"}
+        self.reached: bool | None = None     # whether the model's output depends on its input
+        self.forward: dict | None = None     # the model's forward: {"file", "line", "model"}
+        self._active = False
+        self._informative: dict[int, torch.Tensor] = {}
+        self._constant: dict[int, tuple] = {}   # id(data made the same for every sample) -> (ref, op, where)
+        self._names: dict[int, str] = {}
+        self._stack: list[nn.Module] = []
+        self._locator = SourceLocator()
+        self._mode = _Mode(self._on_call)
+
+    def __enter__(self) -> "InputTrace":
+        super().__enter__()
+        self._handles.append(module_globals.register_module_forward_pre_hook(self._enter_module))
+        self._handles.append(module_globals.register_module_forward_hook(self._leave_module, always_call=True))
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+        super().__exit__(*exc)
+
+    def _enter_module(self, module, args):
+        if self._active:
+            self._stack.append(module)
+
+    def _leave_module(self, module, args, output):
+        if self._active and self._stack and self._stack[-1] is module:
+            self._stack.pop()
+
+    def on_model(self, module, args):
+        if self.done or not torch.is_grad_enabled():
+            return None
+        first = next((a for a in args if _is_data(a)), None)
+        if first is not None and not _varies(first):
+            made = self._constant.get(id(first))
+            if made is not None and made[0]() is first and self.lost is None:
+                self.done = True   # it arrives the same for every sample: lost where that was made
+                self.lost = self._place(made[1], made[2], None)
+            return None
+        if first is None:
+            return None
+        self.done = self._active = True
+        self._informative = {id(first): first}
+        self._names = {id(m): name for name, m in module.named_modules()}
+        self.forward = _forward_site(module)
+        return None
+
+    def after_model(self, module, args, kwargs, output) -> None:
+        if not self._active:
+            return
+        outs = list(_tensors(output)) if not isinstance(output, dict) else \
+            [t for v in output.values() for t in _tensors(v)]
+        self.reached = any(id(t) in self._informative for t in outs)
+        self._active = False
+        self._informative.clear()
+        self._stack.clear()
+
+    def _on_call(self, func, args, kwargs):
+        out = func(*args, **kwargs)
+        if not self.done and not self._active:
+            self._note_constant(func, args, kwargs, out)
+            return out
+        if not self._active or self.lost is not None:
+            return out
+        if not any(id(t) in self._informative for a in (*args, *kwargs.values()) for t in _tensors(a)):
+            return out
+        name = getattr(func, "__name__", "")
+        for t in _tensors(out):
+            if _varies(t):
+                self._informative[id(t)] = t
+            elif name not in _SHAPE_ONLY and t.dim() >= 1 and t.shape[0] > 1:
+                self._informative.pop(id(t), None)
+                self._lost_at(name)
+        return out
+
+    def _note_constant(self, func, args, kwargs, out) -> None:
+        """Before the first model call: data that varied over the batch, made the same for
+        every sample by one op (preprocessing: a clamp of raw readings to [0, 1])."""
+        name = getattr(func, "__name__", "")
+        if name in _SHAPE_ONLY:
+            return
+        inputs = [t for a in (*args, *kwargs.values()) for t in _tensors(a) if _is_data(t) and t.is_floating_point()]
+        if not inputs:
+            return
+        # NOTE: data made from constant data keeps its origin (a batch x_all[rows] of a
+        # dataset that was clamped whole before training began).
+        known = next((self._constant[id(t)] for t in inputs if id(t) in self._constant
+                      and self._constant[id(t)][0]() is t), None)
+        if known is None and not any(_varies(t) for t in inputs):
+            return
+        for t in _tensors(out):
+            if _is_data(t) and t.dim() >= 1 and t.shape[0] > 1 and not _varies(t):
+                op, where = (known[1], known[2]) if known is not None else (name, self._locator.locate())
+                self._constant[id(t)] = (weakref.ref(t), op, where)
+
+    def _lost_at(self, name: str) -> None:
+        module = self._names.get(id(self._stack[-1])) if self._stack else None
+        self.lost = self._place(name, self._locator.locate(), module)
+
+    @staticmethod
+    def _place(name: str, where, module: str | None) -> dict:
+        return {"op": name.rstrip("_").lstrip("_") or name, "file": where[0] if where else None,
+                "line": where[1] if where else None, "module": module}
+
+
+def _varies(t: torch.Tensor) -> bool:
+    """Whether the samples of a batch (dim 0) differ."""
+    if t.dim() == 0 or t.shape[0] < 2 or t.numel() == 0:
+        return False
+    with torch.no_grad():
+        return bool((t != t[:1]).any())
+
+
+def _forward_site(module: nn.Module) -> dict | None:
+    """Where the model's class defines forward, when that is the user's code."""
+    try:
+        file = inspect.getsourcefile(type(module).forward)
+        line = inspect.getsourcelines(type(module).forward)[1]
+    except (OSError, TypeError):
+        return None
+    if file is None or file.startswith(os.path.dirname(torch.__file__)):
+        return None
+    return {"file": file, "line": line, "model": type(module).__name__}

@@ -1,0 +1,107 @@
+"""What each probe measured: immutable records, the input of the LK308 and LK309 checks.
+
+Built by `leaky/probe/session.py` from the probe runs; the checks read them and compute
+nothing but their verdict. `remaining` is the one derived number, kept here with its math.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class AuditNote:
+    """One finding of a probe run's audit, as evidence: what it found and where."""
+
+    code: str
+    name: str
+    severity: str
+    where: str
+    module: str | None = None
+    source: tuple[str, int] | None = None
+
+    def to_dict(self) -> dict:
+        """As the probes' evidence shows it (leaky/probe-v1)."""
+        return {"code": self.code, "name": self.name, "severity": self.severity, "where": self.where}
+
+
+@dataclass(frozen=True)
+class OverfitStats:
+    """LK308: the losses of K steps on the first batch only."""
+
+    losses: tuple[float, ...]             # the training loss at each step, the same batch every time
+    steps: int                            # K asked for
+    floor: float = 0.0                    # the least the loss can be on that batch (ops.losses.floor_of)
+    floor_what: str = "0, a loss of unknown floor"
+    tail: int = 5                         # L_K = mean of the last `tail` losses
+    audit: tuple[AuditNote, ...] = ()     # the audit of those K steps
+    loss_site: tuple[str, int] | None = None   # where loss.backward() was called
+    recorded: int = 0                     # tensors of the first batch recorded (inputs and targets)
+
+    @property
+    def first(self) -> float | None:
+        return self.losses[0] if self.losses else None
+
+    @property
+    def last(self) -> float | None:
+        """The mean of the last `tail` losses (inf if any is not finite)."""
+        values = self.losses[-self.tail:]
+        if not values:
+            return None
+        if not all(math.isfinite(v) for v in values):
+            return math.inf
+        return sum(values) / len(values)
+
+    @property
+    def remaining(self) -> float | None:
+        """What is left of the reducible loss: (L_K - floor) / (L_0 - floor).
+
+        0 is a batch memorised down to the floor; 1 is no progress at all; above 1 it rose.
+        None when the first loss is not finite or is at its floor (nothing to reduce)."""
+        return self._left(self.last)
+
+    def at(self, step: int) -> float | None:
+        """`remaining` at `step`: the mean of the `tail` losses before it, the same way."""
+        values = self.losses[max(0, step - self.tail):step]
+        if not values or not all(math.isfinite(v) for v in values):
+            return None
+        return self._left(sum(values) / len(values))
+
+    def steps_to(self, target: float) -> float | None:
+        """At the pace of the last quarter of the steps, how many more steps (in units of
+        K) `remaining` needs to reach `target`: (r_K - target) / (r_3K/4 - r_K) * K/4 / K.
+        inf when it did not fall over that quarter; 0 when it is already there."""
+        now, before = self.remaining, self.at(3 * len(self.losses) // 4)
+        if now is None or before is None:
+            return None
+        if now <= target:
+            return 0.0
+        fallen = before - now
+        return math.inf if fallen <= 0 else (now - target) / fallen / 4
+
+    def _left(self, loss: float | None) -> float | None:
+        first = self.first
+        if first is None or loss is None or not math.isfinite(first) or first - self.floor <= 0:
+            return None
+        return (loss - self.floor) / (first - self.floor)
+
+
+@dataclass(frozen=True)
+class InputStats:
+    """LK309: the held-out loss of K steps on the real inputs against the same with zeros."""
+
+    real: float                           # score (mean held-out loss) with the real inputs
+    zeroed: float                         # the same run, every model input replaced by zeros
+    margin: float                         # the noise a difference must beat (leaky fix's)
+    scores: tuple[float, ...] = ()        # the real-input scores: the user's seeds, then shifted
+    held_out: bool = True                 # False: scored on the last training losses
+    zeroed_kinds: tuple[str, ...] = ()    # what the zeros were ("integer (token ids) → 0")
+    lost: dict | None = None              # InputTrace: the op that made the input constant
+    reached: bool | None = None           # InputTrace: whether the model's output depends on its input
+    forward: dict | None = None           # the model's forward definition
+    audit: tuple[AuditNote, ...] = field(default_factory=tuple)   # the real-input run's audit
+
+    @property
+    def gain(self) -> float:
+        """How much lower the real inputs' loss is than the zeros' (negative: higher)."""
+        return self.zeroed - self.real

@@ -1,0 +1,79 @@
+"""Terminal view of a `leaky probe` result: one row per probe, with what it measured and its
+verdict, then each failing probe's finding.
+
+Rendered from `ProbeResult.to_dict()` (the `leaky/probe-v1` JSON), so the terminal and the
+JSON never disagree.
+"""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from leaky.report.format import num, pct
+
+_VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "could not run": "yellow"}
+
+
+def _overfit_cells(m: dict) -> str:
+    if m.get("remaining") is None:
+        return f"{len(m.get('losses') or [])} steps on the first batch"
+    text = (f"loss {num(m['first_loss'])} → {num(m['last_loss'])} on the first batch, {len(m['losses'])} steps; "
+            f"floor {num(m['loss_floor'])}\n{pct(m['remaining'])} of it left (passes at ≤ {pct(m['max_remaining'])})")
+    serious = [a for a in m.get("audit") or [] if a["severity"] != "info"]
+    if serious:
+        text += "\naudit: " + ", ".join(f"{a['code']} {a['name']}" for a in serious)
+    return text
+
+
+def _input_cells(m: dict) -> str:
+    if m.get("zeroed_loss") is None or m.get("real_loss") is None:
+        return ""
+    scored = "held-out" if m["held_out"] else "last training"
+    text = (f"{scored} loss: real {num(m['real_loss'])}, zeroed {num(m['zeroed_loss'])}\n"
+            f"passes at real < zeroed − {num(m['margin'])} (noise)")
+    # NOTE: the JSON writes non-finite numbers as strings ("inf"); float() reads them back
+    beaten = float(m["real_loss"]) < float(m["zeroed_loss"]) - float(m["margin"])   # then a lost input tells nothing
+    if m.get("lost_at") and m["lost_at"].get("line") and not beaten:
+        lost = m["lost_at"]
+        text += f"\ninput made constant by {lost['op']} at line {lost['line']}"
+    return text
+
+
+_CELLS = {"LK308": _overfit_cells, "LK309": _input_cells}
+
+
+def probe_table(data: dict) -> Table:
+    table = Table(title=f"probes: {data['config']['steps']} steps each, from the same start", title_justify="left",
+                  show_lines=True)
+    table.add_column("probe", overflow="fold", ratio=1)
+    table.add_column("measured", overflow="fold", ratio=3)
+    table.add_column("verdict", overflow="fold", ratio=2)
+    for probe in data["probes"]:
+        verdict = Text(probe["verdict"], style=_VERDICT_STYLE.get(probe["verdict"], ""))
+        verdict.append(f"\n{probe['reason']}", style="dim")
+        table.add_row(f"{probe['code']} {probe['name']}\n{probe['seconds']:.1f} s",
+                      _CELLS[probe["code"]](probe["measured"]), verdict)
+    return table
+
+
+def render_probe(console: Console, data: dict) -> None:
+    console.print(probe_table(data))
+    for finding in data["findings"]:
+        where = finding["module"]
+        source = finding["source"]
+        place = " · ".join(p for p in ((f"module {where or '<root>'}" if where is not None else None),
+                                       (f"{source['file']}:{source['line']}" if source else None)) if p)
+        console.print(Text(f"✗ {finding['code']} {finding['name']}" + (f" at {place}" if place else ""),
+                           style="bold red"), soft_wrap=True)
+        console.print(Text(finding["message"]), soft_wrap=True)
+        console.print(Text(f"fix: {finding['fix']}", style="dim"), soft_wrap=True)
+        console.print(Text(f"see `leaky explain {finding['code']}`", style="dim"))
+    noise = data["noise"]
+    if noise is not None:
+        scores = ", ".join(num(s) for s in noise["scores"])
+        console.print(Text(f"Noise: real-input scores {scores} (the user's seeds, then shifted by +1, +2, ...); the "
+                           f"real inputs must beat the zeroed ones by {num(noise['margin'])}.", style="dim"))
+    counts = {v: sum(p["verdict"] == v for p in data["probes"]) for v in ("pass", "fail", "could not run")}
+    console.print(Text(f"{len(data['probes'])} probes in {data['seconds']:.1f} s: " +
+                       ", ".join(f"{n} {v}" for v, n in counts.items() if n), style="bold"))
