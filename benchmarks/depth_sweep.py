@@ -27,6 +27,7 @@ in rounds, each block starting with one untimed step):
   watch-every-1  leaky.watch(every=1, ...) with the same untimed steps: every step sampled
   plain-b        plain again in its own worker: the A/A control, this run's noise
 
+Blocks of --steps steps (more for the shortest steps without --quick: LONG_BLOCKS).
 Per configuration: the autograd nodes of one step's backward graph (every node reachable
 from loss.grad_fn through next_functions, AccumulateGrad included; counted in the plain
 worker after its rounds), leaky's op sites per step (len(audit.recorder.sites.sites)), and
@@ -73,6 +74,10 @@ BATCH = 64
 CONFIGS = {f"d{d}-w{w}": (d, w) for d, w in [(10, 64), (50, 64), (200, 64), (4, 64), (4, 256), (4, 1024),
                                               (4, 2048), (4, 4096)]}
 DEFAULT = tuple(name for name in CONFIGS if name != "d4-w4096")   # 4096: ~1.5 s a step here, on request
+# Steps per timed block (at least --steps) for the short steps, so that a block lasts ~50 ms
+# or more (a plain step here: d4-w64 ~1 ms, d10-w64 ~2.5 ms, d4-w256 ~3 ms, d50-w64 ~13 ms):
+# a 5-step block of 1-3 ms steps is at the mercy of one context switch.
+LONG_BLOCKS = {"d4-w64": 40, "d10-w64": 20, "d4-w256": 20, "d50-w64": 5}
 QUICK = ("d10-w64", "d50-w64", "d4-w64", "d4-w256")   # the default set with --quick
 ROUNDS = (5, 3)                     # default rounds: full, --quick
 MALLOC = {M_MMAP_THRESHOLD: 32 * 2**20, M_TRIM_THRESHOLD: 128 * 2**20}   # as overhead.py
@@ -165,6 +170,7 @@ class Row:
     ops: int | None
     extras: dict[str, Extra]
     notes: list[str]
+    steps: int = 0          # steps per plain block
 
 
 def _extra(mode: str, timing: ModelTiming, reference: list[float]) -> Extra:
@@ -182,7 +188,8 @@ def _extra(mode: str, timing: ModelTiming, reference: list[float]) -> Extra:
 
 
 def bench_config(name: str, workers, args) -> Row:
-    plan = Plan(rounds=args.rounds, steps=args.steps, warmup=args.warmup, max_step_s=args.max_step_s,
+    steps = args.steps if args.quick else max(args.steps, LONG_BLOCKS.get(name, 0))
+    plan = Plan(rounds=args.rounds, steps=steps, warmup=args.warmup, max_step_s=args.max_step_s,
                 untimed_first=True, periodic=("watch-default",))
     timing = time_model(name, workers, plan)
     if "plain" not in timing.blocks:
@@ -201,7 +208,8 @@ def bench_config(name: str, workers, args) -> Row:
                      "ones, left out")
     depth, width = CONFIGS[name]
     return Row(name, depth, width, 1e3 * statistics.median(plain), timing.infos.get("plain", {}),
-               timing.infos.get("audit-held", {}).get("ops") or timing.infos.get("audit", {}).get("ops"), extras, notes)
+               timing.infos.get("audit-held", {}).get("ops") or timing.infos.get("audit", {}).get("ops"), extras, notes,
+               timing.block.get("plain", steps))
 
 
 # -- output -----------------------------------------------------------------------------
@@ -252,7 +260,7 @@ def watch_table(rows: list[Row]):
 def spread_table(rows: list[Row]):
     """The interquartile range over rounds of each extra (µs per node, or per step)."""
     header = ("config", "audit µs/node IQR", "audit per block µs/node IQR", "watch unsampled µs/step IQR",
-              "watch every=1 µs/node IQR", "A/A µs/step IQR", "A/A ratio IQR", "rounds")
+              "watch every=1 µs/node IQR", "A/A µs/step IQR", "A/A ratio IQR", "rounds", "steps/block")
     body = []
     for r in rows:
         nodes = r.graph.get("nodes") or float("nan")
@@ -261,7 +269,7 @@ def spread_table(rows: list[Row]):
         aa_ratio = f"{iqr(aa.ratio)[0]:.3f}-{iqr(aa.ratio)[1]:.3f}" if aa and len(aa.ratio) > 1 else ""
         body.append((r.name, _spread(get("audit-held"), nodes), _spread(get("audit"), nodes),
                      _spread(get("watch-default")), _spread(get("watch-every-1"), nodes), _spread(get("plain-b")),
-                     aa_ratio, str(len(get("plain-b")))))
+                     aa_ratio, str(len(get("plain-b"))), str(r.steps)))
     return header, body
 
 
@@ -295,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"torch {torch.__version__}, leaky {leaky.__version__}, threads {args.threads} per worker, "
           f"{'workers pinned to CPU ' + str(args.cpu) if args.cpu is not None else 'workers not pinned'}, "
-          f"rounds {args.rounds}, steps/block {args.steps}, warm-up {args.warmup}, batch {BATCH}, "
+          f"rounds {args.rounds}, steps/block {args.steps}{'' if args.quick else ' (more for short steps)'}, warm-up {args.warmup}, batch {BATCH}, "
           f"DEFAULT_EVERY {DEFAULT_EVERY}{', quick' if args.quick else ''}", flush=True)
     store_dir = tempfile.mkdtemp(prefix="leaky-depth-")
     options = WorkerOptions(quick=args.quick, seed=args.seed, threads=args.threads, cpu=args.cpu, malloc=MALLOC,
