@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"torch {torch.__version__}, leaky {leaky.__version__}, threads {args.threads} per worker, "
           f"{'workers pinned to CPU ' + str(args.cpu) if args.cpu is not None else 'workers not pinned'}, "
-          f"rounds {args.rounds}, steps/block {args.steps}{'' if args.quick else ' (more for short steps)'}, warm-up {args.warmup}, batch {BATCH}, "
+          f"rounds {args.rounds}, steps/block {args.steps}{'' if args.quick else ' (more for short steps)'}, "
+          f"warm-up {args.warmup}, batch {BATCH}, "
           f"DEFAULT_EVERY {DEFAULT_EVERY}{', quick' if args.quick else ''}", flush=True)
     store_dir = tempfile.mkdtemp(prefix="leaky-depth-")
     options = WorkerOptions(quick=args.quick, seed=args.seed, threads=args.threads, cpu=args.cpu, malloc=MALLOC,

@@ -432,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
               "the host-sync check (torch.cuda.set_sync_debug_mode); running a CPU smoke of the same code paths at "
               "smoke sizes instead (its numbers are not GPU numbers)", flush=True)
         args.rounds, args.steps, args.warmup = min(args.rounds, 2), min(args.steps, 2), 1
+    pinned = f"workers pinned to CPU {args.cpu}" if args.cpu is not None else "not pinned"
     print(f"torch {torch.__version__}, leaky {leaky.__version__}, {'cuda' if CUDA else 'cpu'}, threads "
-          f"{args.threads} per worker, {'workers pinned to CPU ' + str(args.cpu) if args.cpu is not None else 'not pinned'}"
+          f"{args.threads} per worker, {pinned}"
           f", rounds {args.rounds}, steps/block {args.steps} (watch-default {DEFAULT_EVERY}), warm-up {args.warmup}"
           f"{', quick' if args.quick else ''}", flush=True)
     store_dir = tempfile.mkdtemp(prefix="leaky-gpu-")
