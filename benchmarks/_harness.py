@@ -217,9 +217,10 @@ class Worker:
 
 
 @contextlib.contextmanager
-def worker_pool(modes: list[str], options: WorkerOptions, make_runner):
-    """One worker per mode, {mode: Worker}; all stopped on exit."""
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+def worker_pool(modes: list[str], options: WorkerOptions, make_runner, start_method: str | None = None):
+    """One worker per mode, {mode: Worker}; all stopped on exit. `start_method`: "spawn" where
+    the workers use CUDA (a forked process cannot); by default fork where there is one."""
+    ctx = mp.get_context(start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn"))
     if ctx.get_start_method() == "fork":
         # NOTE: torch.optim imports Dynamo when the first optimizer is built (3-5 s per process
         # on a busy 2-core machine): imported here, every forked worker inherits it.

@@ -9,6 +9,8 @@ process of benchmarks/_harness.py drives one runner:
 
   plain, plain-b        zero_grad, forward, loss, backward, optimizer step (audit_overhead.py)
   audit                 leaky.audit(steps=None), entered and left around each timed block
+  audit-held            leaky.audit(steps=None), open from set-up to close: every timed step is a
+                        steady-state audited step (none is an audit's first)
   anomaly               torch.autograd.detect_anomaly(), the same
   naive-item            after backward, log[name] = p.grad.norm().item() for every parameter
   watch-default         leaky.watch(every=DEFAULT_EVERY, store=<file in store_dir>), open from
@@ -197,6 +199,19 @@ class AuditRunner(Runner):
             self.info["error"] = audit.recorder.error
 
 
+class HeldAuditRunner(Runner):
+    """One `leaky.audit(steps=None)` open from setup to close: each step recorded in full."""
+
+    def setup(self) -> None:
+        self.audit = leaky.audit(steps=None).__enter__()
+
+    def close(self) -> dict:
+        start = time.perf_counter()
+        self.audit.__exit__(None, None, None)
+        return {"exit_s": time.perf_counter() - start, "ops": len(self.audit.recorder.sites.sites),
+                "steps": self.audit.recorder.step, "error": self.audit.recorder.error}
+
+
 class AnomalyRunner(Runner):
     def context(self):
         return torch.autograd.detect_anomaly()
@@ -289,6 +304,7 @@ RUNNERS = {
     "plain": Runner,
     "plain-b": Runner,
     "audit": AuditRunner,
+    "audit-held": HeldAuditRunner,
     "anomaly": AnomalyRunner,
     "naive-item": NaiveRunner,
     "watch-default": partial(WatchRunner, every=DEFAULT_EVERY),

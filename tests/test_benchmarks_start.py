@@ -1,0 +1,31 @@
+"""The benchmarks that need a machine the test suite does not have still start: on the CPU,
+benchmarks/gpu.py says which CUDA parts it skipped and runs its CPU smoke of the same code
+paths (models, workers, leaky's modes, the sync check's counting). No timing is asserted."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script times the GPU instead")
+def test_gpu_benchmark_runs_its_cpu_smoke_and_says_what_it_skipped():
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    # The quickest run: one model, two leaky modes besides plain (each mode is a spawned process).
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick", "--models", "gpt",
+                           "--modes", "audit-held,watch-default", "--cpu", "-1"],
+                          capture_output=True, text=True, cwd=ROOT, env=env)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no CUDA device: skipped the GPU timings" in out
+    assert "no CUDA device: skipped the sync check" in out
+    assert "no CUDA device: skipped peak device memory" in out
+    assert "Time on cpu" in out and "audit-held" in out and "watch-default" in out
+    assert "FAILED" not in out and "LEAKY INTERNAL ERROR" not in out, out + proc.stderr
