@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -60,7 +60,6 @@ _WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module"
 _ROUTER = re.compile(r"moe|mixture|expert|router|routing", re.IGNORECASE)
 
 
-
 @dataclass
 class MixingRecord:
     """What the probe of one root model saw (module keys, raw source locations)."""
@@ -73,7 +72,7 @@ class MixingRecord:
     batch: int = 0                      # N, the size of the dim whose rows were compared
     row: int = 0                        # the output row whose gradient was read
     reached: int = 0                    # other samples that row depends on
-    pairs: int = 0                      # (input dim, output dim) pairs of size N tried
+    pairs: int = 0                      # (input dim, output dim) pairs of size N related, all mixing
     first_op: str | None = None
     first_module: int | None = None
     first_where: tuple | None = None
@@ -82,7 +81,6 @@ class MixingRecord:
     first_time_major: bool = False      # that module reads (T, B, ...): batch_first=False
     by_design: str | None = None        # BATCHNORM_NO_STATS | GRAPH | ROUTER
     batchnorm_eval: tuple[int, ...] = ()   # modules probed in eval mode
-    extra: dict = field(default_factory=dict)
 
 
 class BatchProbe:

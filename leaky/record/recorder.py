@@ -208,6 +208,7 @@ class Recorder(StepTracking):
         """Run a block with none of leaky's instruments that Dynamo could trace: the mode,
         the global module hooks and the Function.apply patch (see record/compiled.py)."""
         mode_was_on = self._mode_on
+        hooks_were_on = self.modules.attached
         self._suspend_mode()
         self.modules.detach()
         self.functions.__exit__()
@@ -215,7 +216,8 @@ class Recorder(StepTracking):
             yield
         finally:
             self.functions.__enter__()
-            self.modules.attach()
+            if hooks_were_on:
+                self.modules.attach()
             if mode_was_on and not self._mode_on:
                 self._resume_mode()
 

@@ -225,9 +225,12 @@ class StepTracking:
         self.grads.active = on
         if on:
             self._resume_mode()
+            self.modules.attach()
         else:
             self._suspend_mode()
             self.grads.pause()
+            if self.sample_every is not None and self.active:
+                self.modules.pause()   # a watch's unsampled step: nothing reads the running module
 
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:

@@ -1,0 +1,52 @@
+"""Python calls and leaky's own time per unsampled `leaky.watch()` step, against depth.
+
+A deterministic companion to depth_sweep.py's timings (which this machine's noise blurs at
+the 1% level): cProfile counts the function calls of 50 unsampled steps of a width-64
+Linear+ReLU MLP (batch 64, Adam), after the dense steps, the coupling probe and step 100.
+
+    python benchmarks/watch_calls.py 10 50 200
+"""
+import cProfile
+import io
+import os
+import pstats
+import sys
+import tempfile
+
+import torch, torch.nn as nn, torch.nn.functional as F
+import leaky
+
+
+def measure(depth: int, steps: int = 50) -> str:
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(64, 64), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+
+    def loop(n):
+        for _ in range(n):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    with leaky.watch(store=os.path.join(tempfile.mkdtemp(), "runs.db")):
+        loop(102)
+        profile = cProfile.Profile()
+        profile.enable()
+        loop(steps)
+        profile.disable()
+    stats = pstats.Stats(profile, stream=io.StringIO())
+    ours = [v for k, v in stats.stats.items() if f"{os.sep}leaky{os.sep}" in k[0]]
+    return (f"depth {depth}: {stats.total_calls / steps:.0f} Python calls per unsampled step, "
+            f"{sum(v[1] for v in ours) / steps:.0f} in leaky ({1e6 * sum(v[2] for v in ours) / steps:.0f} µs of "
+            "leaky's own time, under cProfile)")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for arg in sys.argv[1:] or ["10", "50", "200"]:
+        print(measure(int(arg)), flush=True)
