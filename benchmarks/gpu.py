@@ -30,7 +30,8 @@ then the sync check.
 
 The sync check (run in each worker after its rounds): leaky means to copy a step's device
 values to the host once, at the step's end: StepBuffer.flush (a sampled step's values) and
-StepMonitor.flush (the loss and total-norm series, batched; an audit every step). Those two
+StepMonitor.flush (the loss and total-norm series, batched by a watch; an audit copies them in
+its StepBuffer.flush, so StepMonitor.flush counts 0 there). Those two
 are exempted (each call runs with the sync debug mode off, and is counted); around the
 rest of the step torch.cuda.set_sync_debug_mode("warn") reports every other synchronising
 CUDA call as a warning, which is counted with its Python file:line. Counted: 2 first steps

@@ -184,3 +184,32 @@ def test_an_internal_error_warns_and_never_breaks_training(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(plain_losses, losses))
     assert "simulated leaky bug" in audit.report.run["internal_error"]
     assert no_leaky_left() == []
+
+
+def test_an_audited_step_makes_one_device_to_host_copy(monkeypatch):
+    """Every per-step value (the step's records, its loss and gradient norm) stays on the
+    device until the step's one flush: one `.cpu()` per step, after the first (the one-time
+    probes of a model's first step copy their own)."""
+    torch.manual_seed(0)
+    model = MLP(dropout=0.2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    copies = []
+    original = torch.Tensor.cpu
+
+    def counted(self, *args, **kwargs):
+        copies.append(1)
+        return original(self, *args, **kwargs)
+
+    per_step = []
+    with leaky.audit(steps=6):
+        for step in range(6):
+            x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+            monkeypatch.setattr(torch.Tensor, "cpu", counted)
+            copies.clear()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            monkeypatch.setattr(torch.Tensor, "cpu", original)
+            per_step.append(len(copies))
+    assert per_step[1:] == [1] * 5, per_step

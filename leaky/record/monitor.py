@@ -100,18 +100,30 @@ class StepMonitor:
 
     def flush(self) -> list[SeriesRow]:
         """One device-to-host copy for the whole batch."""
-        pending, self.pending = self.pending, []
-        pending = _combine_shards(pending)
-        values = [v for _, loss, norm, _, _ in pending for v in (loss, norm) if v is not None]
-        host = iter([])
+        self.pending = _combine_shards(self.pending)
+        values = self.staged()
+        host: list[float] = []
         if values:
             with torch._C.DisableTorchFunction():
-                host = iter(torch.stack([v.float() for v in values]).cpu().tolist())
-        rows = []
-        for step, loss, norm, lr, index in pending:
-            rows.append(SeriesRow(step, next(host) if loss is not None else None,
-                                  next(host) if norm is not None else None, lr, index))
-        return rows
+                host = torch.stack(values).cpu().tolist()
+        return self.rows(host)
+
+    def staged(self) -> list[Tensor] | None:
+        """The pending steps' values (loss, norm), 0-d float tensors, in order, for a copy made
+        elsewhere (an audited step's one flush, record/step_record.py); None while a sharded
+        norm still needs its all-reduce."""
+        if any(isinstance(row[2], _Sharded) for row in self.pending):
+            return None
+        with torch._C.DisableTorchFunction():
+            return [v.float().reshape(()) for _, loss, norm, _, _ in self.pending for v in (loss, norm) if v is not None]
+
+    def rows(self, host: list[float]) -> list[SeriesRow]:
+        """The pending steps as rows, given their staged values on the host."""
+        pending, self.pending = self.pending, []
+        values = iter(host)
+        return [SeriesRow(step, next(values) if loss is not None else None,
+                          next(values) if norm is not None else None, lr, index)
+                for step, loss, norm, lr, index in pending]
 
 
 class _Sharded:

@@ -17,6 +17,7 @@ from leaky.record import distributed
 from leaky.record.loss_path import loss_path_sites
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
+_SERIES = "series:"           # StepBuffer extras: an audited step's loss and norm, copied with it
 COUPLING_STEPS = 100         # steps on which whose-loss-reaches-whom is probed, sampled or not
 
 
@@ -239,14 +240,18 @@ class StepTracking:
         if self.batch._pending:
             self.guarded(self.batch.run_pending)   # LK306, once per model: after its first step
         sampled = self.observing or bool(self.buffer.records)
-        total = self._flush() if sampled else None
         optimizer = self.last_optimizer if self.saw_optimizer else None
-        self.monitor.end_step(self.step, optimizer, total, self.optimizer_index(optimizer))
-        self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
+        index = self.optimizer_index(optimizer)
         # NOTE: a watch's series is copied in batches (its check pass flushes it first); an
-        # audit's at each step.
-        if self.monitor.due() or (sampled and self.sample_every is None):
-            self.flush_series()
+        # audit's at each step, in the step's one device-to-host copy (`_flush(series=...)`).
+        if sampled and self.sample_every is None:
+            self._flush(series=(optimizer, index))
+        else:
+            total = self._flush() if sampled else None
+            self.monitor.end_step(self.step, optimizer, total, index)
+            self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
+            if self.monitor.due():
+                self.flush_series()
         self.step += 1
         self._calls_since_step = 0
         if self.on_step is not None:
@@ -273,20 +278,36 @@ class StepTracking:
         return None
 
     def flush_series(self) -> None:
-        self.moving.flush()
-        rows = self.monitor.flush()
+        self._add_series(self.monitor.flush())
+
+    def _add_series(self, rows: list) -> None:
+        self.moving.flush()   # one copy of what it queued, when it queued any (untrained weights)
         self.builder.add_series(rows)
         if self.on_series is not None and rows:
             self.on_series(rows)
 
-    def _flush(self) -> Tensor | None:
+    def _flush(self, series: tuple | None = None) -> Tensor | None:
         """Fold the sampled step; returns the lead optimizer's total gradient norm, made
-        from the parameter norms just taken (the monitor need not take them again)."""
+        from the parameter norms just taken (the monitor need not take them again).
+        `series`: (optimizer, its index) of the step that ends here: its loss and norm are
+        copied in the same transfer, and its series row folded too (an audit's step)."""
         self._calls_since_step = 0
         grads = self.params.collect_grads(self.buffer, self.grads.known_norm)
         total = self._total_norm(*grads)
         updates, self._update_layout = getattr(self, "_update_layout", None), None
+        staged = None
+        if series is not None:
+            self.monitor.end_step(self.step, series[0], total, series[1])
+            self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
+            staged = self.monitor.staged()
+            for i, value in enumerate(staged or ()):
+                self.buffer.extras[f"{_SERIES}{i}"] = value
         host = self.buffer.flush()
+        if staged is not None:
+            values = [host.extras.pop(f"{_SERIES}{i}") for i in range(len(staged))]
+            self._add_series(self.monitor.rows(values))
+        elif series is not None:
+            self.flush_series()   # a sharded norm: its all-reduce first, then its own copy
         self._note_clean_sites(host)
         self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
