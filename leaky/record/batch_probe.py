@@ -47,6 +47,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
 
 from leaky import ops
+from leaky.record.modules import unwrapped_module
 from leaky.record.opmode import op_name
 from leaky.record.rerun import batchnorm_in_eval, buffers_kept, snapshot, untouched
 from leaky.stats import BATCHNORM_NO_STATS, GRAPH, ROUTER
@@ -55,8 +56,6 @@ ROOTS = 4             # root models probed per audit
 TRIES = 8             # calls of one root tried while none gives a batch to compare (a batch of one)
 CAPTURED = 2048       # intermediate tensors kept while looking for where the mixing starts
 UNMATCHED = "no dim of the output of size 2 or more has the size of the input's batch dim"
-_WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module",
-             "FullyShardedDataParallel": "module"}
 _ROUTER = re.compile(r"moe|mixture|expert|router|routing", re.IGNORECASE)
 
 
@@ -97,23 +96,31 @@ class BatchProbe:
         self._tries: dict[int, int] = {}
         self._dims: dict[int, tuple[int, ...]] = {}
         self._pending: list[tuple] = []
+        self._skipped: set[int] = set()   # roots without parameters: never probed, not looked at again
 
     def after_call(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if len(self._seen) >= ROOTS or id(module) in self._seen or any(p[0] is module for p in self._pending):
+        if len(self._seen) >= ROOTS or id(module) in self._seen or id(module) in self._skipped \
+                or any(p[0] is module for p in self._pending):
             return
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return   # an evaluation: the model's training call comes later
         if not any(t.requires_grad for t in _tensors(output) if t.is_floating_point()):
             return
         if next(module.parameters(), None) is None:
+            self._skipped.add(id(module))
             return   # a loss module (nn.CrossEntropyLoss()): it reduces the batch by design
-        inner = _unwrapped(module)
+        inner = unwrapped_module(module)
         dims = self._dims.get(id(module))
         if dims is None:
             dims = self._dims[id(module)] = _batch_dims(inner)
         if not any(t.ndim > d and t.shape[d] >= 2 for t in _tensors((args, kwargs or {})) for d in dims):
             return   # a batch of one (a DQN acting on one observation): probe a later call
         self._pending.append((module, inner, dims, snapshot(args), snapshot(kwargs or {})))
+
+    @property
+    def waiting(self) -> bool:
+        """A model call is noted and waits for its step's end."""
+        return bool(self._pending)
 
     def run_pending(self) -> None:
         """Probe the calls noted during the step that just ended."""
@@ -127,13 +134,6 @@ class BatchProbe:
                 continue   # no output dim matched: maybe a later call's will
             self._seen.add(id(module))
             self.records.append(record)
-
-
-def _unwrapped(module: nn.Module) -> nn.Module:
-    """The eager model under torch.compile's and DDP's wrappers (no recompile, no collective)."""
-    while (attr := _WRAPPERS.get(type(module).__name__)) and isinstance(getattr(module, attr, None), nn.Module):
-        module = getattr(module, attr)
-    return module
 
 
 def _tensors(value: Any, depth: int = 2) -> list[Tensor]:

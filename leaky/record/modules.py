@@ -208,6 +208,14 @@ def _caller_is_internal() -> bool:
 _WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}
 
 
+def unwrapped_module(module: nn.Module) -> nn.Module:
+    """The model under the wrappers the user did not name (torch.compile's, DDP's), eager:
+    what a one-time probe runs (no recompile, no collective)."""
+    while (wrapper := _WRAPPERS.get(type(module).__name__)) and isinstance(getattr(module, wrapper, None), nn.Module):
+        module = getattr(module, wrapper)
+    return module
+
+
 def _unwrapped(path: str, root: nn.Module) -> str:
     """Paths without the wrappers the user did not name (torch.compile's `_orig_mod`,
     DDP's `module`), only under such a root; wrappers may nest."""

@@ -237,7 +237,7 @@ class StepTracking:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
         self.leaves.settle()
-        if self.batch._pending:
+        if self.batch.waiting:
             self.guarded(self.batch.run_pending)   # LK306, once per model: after its first step
         sampled = self.observing or bool(self.buffer.records)
         optimizer = self.last_optimizer if self.saw_optimizer else None
