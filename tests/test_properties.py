@@ -328,7 +328,7 @@ def _maps(draw):
 @given(_maps(), st.booleans())
 def test_unit_counts_equal_a_boolean_count(drawn, relu):
     """count_positive (summed signs) equals (x > 0).sum per unit, NaN, inf and -0.0 included."""
-    from leaky.record.activations import count_positive
+    from leaky.record.activations import count_positive, positive_counts
 
     x, dims = drawn
     if relu:
@@ -341,3 +341,10 @@ def test_unit_counts_equal_a_boolean_count(drawn, relu):
     want = (x > 0).sum(dims)
     assert got.dtype == torch.int64
     assert torch.equal(got, want), (got, want)
+    raw = positive_counts(x, dims, per_unit, nonnegative=relu)   # what UnitStats sums: no NaN, no cast
+    assert not raw.isnan().any() and torch.equal(raw.long(), want)
+
+
+def test_sign_of_nan_is_zero_on_the_cpu():
+    """positive_counts skips its NaN pass on the CPU because torch.sign(NaN) is 0 there."""
+    assert torch.sign(torch.tensor([math.nan, -math.nan])).tolist() == [0.0, 0.0]

@@ -61,22 +61,22 @@ class SiteStep:
     half_subnormal: float = 0.0
     half_numel: int = 0
 
-    def add(self, host: HostStep, rec: NodeRecord) -> None:
-        norm_in = _norm(host.arriving(rec))
-        self.squared_in += norm_in * norm_in
-        self.squared_out += _norm(host.to_activations(rec)) ** 2
-        self.squared_param += _norm(host.to_params(rec)) ** 2
+    def add(self, host: HostStep, rec: NodeRecord, squares: tuple[float, float, float]) -> None:
+        """One hook call; `squares`: its summed squared norms in, to activations, to parameters."""
+        self.squared_in += squares[0]
+        self.squared_out += squares[1]
+        self.squared_param += squares[2]
         self.occurrences += 1
         self.sends_to_activations |= rec.n_act > 0
         self.sends_to_params |= rec.n_param > 0
-        self.profile.append((rec.seq, norm_in))
-        counts = host.nonzero_counts(rec)
-        if counts is not None:
+        self.profile.append((rec.seq, math.sqrt(squares[0])))
+        if rec.counted:
+            counts = host.nonzero_counts(rec)
             self.nonzero_in += counts[0]
             self.zeroed += max(0.0, counts[0] - counts[1])
             self.counted = True
-        half = host.low_precision_counts(rec)
-        if half is not None:
+        if rec.half:
+            half = host.low_precision_counts(rec)
             self.half_zero += half[0]
             self.half_subnormal += half[1]
             self.half_numel += rec.numel_in
@@ -84,10 +84,6 @@ class SiteStep:
 
 def _log(value: float) -> float | None:
     return math.log10(value) if value > 0 and math.isfinite(value) else None
-
-
-def _norm(values: np.ndarray) -> float:
-    return float(np.sqrt(np.sum(np.square(values)))) if len(values) else 0.0
 
 
 class StepFolder:
@@ -151,8 +147,11 @@ class StepFolder:
     def _per_site(self, host: HostStep) -> dict[int, SiteStep]:
         """Combine this step's hook calls per site: squared norms, counts, the profile."""
         per_site: dict[int, SiteStep] = {}
-        for rec in host.records:
-            per_site.setdefault(rec.site, SiteStep()).add(host, rec)
+        for rec, squares in zip(host.records, zip(*host.squared_sums())):
+            step = per_site.get(rec.site)
+            if step is None:
+                step = per_site[rec.site] = SiteStep()
+            step.add(host, rec, squares)
         return per_site
 
     def _fold(self, acc: SiteSums, step: SiteStep) -> None:
@@ -167,12 +166,19 @@ class StepFolder:
         norm_param = math.sqrt(step.squared_param) if step.sends_to_params else None
         acc.steps += 1
         acc.occurrences += step.occurrences
-        for attr, count, value in (("log_in", "n_in", norm_in), ("log_out", "n_out", norm_out),
-                                   ("log_param", "n_param", norm_param)):
-            logged = None if value is None else _log(value)
-            if logged is not None:
-                setattr(acc, attr, getattr(acc, attr) + logged)
-                setattr(acc, count, getattr(acc, count) + 1)
+        # NOTE: written out, not looped over attribute names: this runs per site per step
+        logged = _log(norm_in)
+        if logged is not None:
+            acc.log_in += logged
+            acc.n_in += 1
+        logged = None if norm_out is None else _log(norm_out)
+        if logged is not None:
+            acc.log_out += logged
+            acc.n_out += 1
+        logged = None if norm_param is None else _log(norm_param)
+        if logged is not None:
+            acc.log_param += logged
+            acc.n_param += 1
         if norm_out is not None and norm_in > 0:
             gain = _log(norm_out / norm_in) if norm_out > 0 else -12.0
             acc.log_gain += gain if gain is not None else 0.0
@@ -207,6 +213,8 @@ class StepFolder:
         Backward runs nodes in decreasing creation order, so among this step's candidates
         the first to emit a non-finite gradient is the one created last.
         """
+        if host.all_finite:
+            return False
         candidates, any_bad = [], False
         for rec in host.records:
             leaving = host.leaving(rec)

@@ -49,7 +49,7 @@ class Assembly:
         params = tuple(self._param_stats())
         if builder.radius_cache is None:
             builder.radius_cache = RadiusCache()
-        recurrences = tuple(find_recurrences(self.modules, rec.param_uses, by_site, self.params.owners(),
+        recurrences = tuple(find_recurrences(self.modules, rec.feedback.param_uses, by_site, self.params.owners(),
                                              builder.radius_cache, rec.init_sites))
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(builder.nonfinite.items(), reverse=True))

@@ -28,6 +28,7 @@ HIST_LOW = -16.0  # log10 of the smallest local derivative share kept apart
 # steps, the cadence at which its checks read them; an audit, and a watch's first audited
 # steps, count every call.
 RATE_GAP = 10
+PENDING_LIMIT = 16   # a site's per-call fire counts kept within one step before they are summed
 
 
 def unit_dim(out: Tensor, producer: str | None) -> int:
@@ -49,8 +50,8 @@ class UnitStats:
     detail: dict = field(default_factory=dict)
     samples: int = 0                      # unit-samples per unit seen so far (host int)
     counted: int = 0                      # ... of them in the calls whose rates were counted
-    active: Tensor | None = None          # [units] samples with output > 0 (relu family)
-    last_active: Tensor | None = None     # [units] last step with any output > 0, -1: never
+    active: Tensor | None = None          # [units] samples with output > 0 (relu family), float64
+    last_active: Tensor | None = None     # [units] last step with any output > 0, -1: never (float64)
     flat: Tensor | None = None            # [units] samples in a flat region
     hist: Tensor | None = None            # [HIST_BINS] log10 local-derivative share histogram
     rows: int = 0                         # softmax rows seen
@@ -62,6 +63,8 @@ class UnitStats:
     first_rows: Tensor | None = None
     first_flat: Tensor | None = None
     first_share: Tensor | None = None
+    pending: list = field(default_factory=list)   # this step's per-call fire counts, not yet folded
+    pending_step: int = -1
 
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
@@ -83,18 +86,32 @@ class UnitStats:
             self.counted += per_unit
         if self.activation.can_die or self.detail.get("low") == 0.0:
             if count:
-                fired = count_positive(x, dims, per_unit, nonnegative=self.activation.nonnegative)
-                self.active = fired if self.active is None else self.active + fired
-                any_fired = fired > 0
+                self._pend(positive_counts(x, dims, per_unit, nonnegative=self.activation.nonnegative), step)
             else:
                 any_fired = amax_over(x, dims) > 0   # a NaN in the unit: not fired (a non-finite step)
-            now = torch.full(any_fired.shape, step, dtype=torch.long, device=x.device)
-            base = torch.full_like(now, -1) if self.last_active is None else self.last_active
-            self.last_active = torch.where(any_fired, now, base)
+                self._start(any_fired)
+                self.last_active.masked_fill_(any_fired, step)
         margin = self._flat_margin(x) if count else None
         if margin is not None:
             counted = count_positive(margin, dims, per_unit)
             self.flat = counted if self.flat is None else self.flat + counted
+
+    def _start(self, like: Tensor, counted: bool = False) -> None:
+        """The per-unit accumulators, float64, made at the first call that needs them."""
+        if self.last_active is None:
+            self.last_active = torch.full(like.shape, -1.0, dtype=torch.float64, device=like.device)
+        if counted and self.active is None:
+            self.active = torch.zeros(like.shape, dtype=torch.float64, device=like.device)
+
+    def _pend(self, fired: Tensor, step: int) -> None:
+        """Keep one call's per-unit fire counts until the step ends (settle_units folds every
+        site's in a few calls); a pending step other than this one is folded first."""
+        if self.pending and self.pending_step != step:
+            settle_units([self])
+        self.pending_step = step
+        self.pending.append(fired)
+        if len(self.pending) >= PENDING_LIMIT:   # many calls in one step (a loop over time): bounded
+            self.pending = [torch.stack(self.pending).sum(0)]
 
     def _flat_margin(self, x: Tensor) -> Tensor | None:
         """A tensor that is positive exactly where a unit-sample sits in a flat region."""
@@ -128,6 +145,7 @@ class UnitStats:
 
     def host(self) -> dict:
         """Copy the accumulators to the host: called once, at the end."""
+        settle_units([self])
         to = lambda t: None if t is None else t.detach().cpu().double().numpy()  # noqa: E731
         return {
             "active": to(self.active), "last_active": to(self.last_active), "flat": to(self.flat),
@@ -135,6 +153,36 @@ class UnitStats:
             "first_rows": scalar(self.first_rows), "first_flat": scalar(self.first_flat),
             "first_share": scalar(self.first_share),
         }
+
+
+def settle_units(all_stats) -> None:
+    """Fold each site's pending fire counts into its totals and its last step fired.
+
+    NOTE: at the end of a step, for every site at once: four `_foreach` calls in all, not a
+    sum, a test and a masked write per call (each a tensor op at every ReLU). The counts are
+    whole numbers >= 0, never NaN (positive_counts), summed in float64 (exact to 2**53
+    unit-samples); the last step fired is max(last, sign(count) * (step + 1) - 1), which
+    is `step` where a unit fired and leaves `last` (>= -1) where it did not."""
+    stats_now, counts = [], []
+    for stats in all_stats:
+        if not stats.pending:
+            continue
+        pending, stats.pending = stats.pending, []
+        stats._start(pending[0], counted=True)
+        stats_now.append(stats)
+        counts.append(pending[0] if len(pending) == 1 else torch.stack(pending).sum(0))
+    if not stats_now:
+        return
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        torch._foreach_add_([s.active for s in stats_now], counts)
+        fired = torch._foreach_sign(counts)
+        steps = {s.pending_step for s in stats_now}
+        if len(steps) == 1:
+            torch._foreach_mul_(fired, float(steps.pop() + 1))
+        else:
+            torch._foreach_mul_(fired, [float(s.pending_step + 1) for s in stats_now])
+        torch._foreach_sub_(fired, 1.0)
+        torch._foreach_maximum_([s.last_active for s in stats_now], fired)
 
 
 def scalar(t: Tensor | None) -> float | None:
@@ -166,20 +214,30 @@ _EXACT_FLOAT_SUM = 2 ** 24   # float32 holds every whole number up to this
 
 
 def count_positive(x: Tensor, dims: list[int], per_unit: int, nonnegative: bool = False) -> Tensor:
-    """Per unit (the dims not in `dims`), how many elements of x are > 0, as int64.
+    """Per unit (the dims not in `dims`), how many elements of x are > 0, as int64."""
+    counts = positive_counts(x, dims, per_unit, nonnegative)
+    return counts if counts.dtype == torch.long else counts.long()
+
+
+def positive_counts(x: Tensor, dims: list[int], per_unit: int, nonnegative: bool = False) -> Tensor:
+    """Per unit, how many elements of x are > 0: whole numbers in float32 (int64 from 2**24
+    elements per unit), never NaN.
 
     NOTE: `(x > 0).sum(dims)` makes a bool tensor and sums it through an integer cast:
     on a 64x32x32x32 feature map that is 1.5 ms on one CPU thread. The signs summed as
     float32 are 0.3-0.4 ms and exact: every partial sum is a whole number below 2**24.
-    torch's sign is (0 < x) - (x < 0), so sign(NaN) = 0 like NaN > 0; were it NaN on some
-    backend, the unit holding it would count 0 for that step (already a non-finite step).
+    torch's sign is (0 < x) - (x < 0), so sign(NaN) = 0 like NaN > 0 (on the CPU checked by
+    tests/test_properties.py, so the sums need no NaN pass there); on other devices the
+    sums are cleaned of NaN, so that were sign(NaN) NaN there, the unit holding it would
+    count 0 for that step (already a non-finite step).
     """
     if per_unit >= _EXACT_FLOAT_SUM:
         return sum_over(x > 0, dims, dtype=torch.long)
     signs = x.sign()
     if not nonnegative:
         signs.clamp_(min=0)
-    return sum_over(signs, dims, dtype=torch.float32).nan_to_num_(nan=0.0).long()
+    counts = sum_over(signs, dims, dtype=torch.float32)
+    return counts if x.device.type == "cpu" else counts.nan_to_num_(nan=0.0)
 
 
 def median_from_hist(hist) -> float | None:
@@ -192,4 +250,4 @@ def median_from_hist(hist) -> float | None:
     return 10.0 ** (HIST_LOW + (index + 0.5) * width)
 
 
-__all__ = ["RATE_GAP", "UnitStats", "count_positive", "jacobian_share", "median_from_hist", "unit_dim"]
+__all__ = ["RATE_GAP", "UnitStats", "settle_units", "count_positive", "positive_counts", "jacobian_share", "median_from_hist", "unit_dim"]

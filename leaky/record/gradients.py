@@ -35,6 +35,12 @@ def leads_to_param(node, depth: int = 3) -> bool:
     return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)
 
 
+def slot_kinds(next_functions: tuple) -> list[int]:
+    """Per input slot of a node (its `next_functions`): 0 nothing, 1 an activation's node, 2 a
+    parameter's (leads_to_param)."""
+    return [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in next_functions]
+
+
 def _dense(grad: Tensor) -> Tensor:
     """A sparse gradient's stored values: the same norm, and counts of what is stored."""
     return grad.coalesce().values() if grad.is_sparse else grad
@@ -139,10 +145,17 @@ class GradientRecorder:
         # through nodes that only move values. Their zeros are not underflow.
         self._zero_fed: set[int] = set()
 
-    def watch(self, node, site: int) -> None:
-        kinds = [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in node.next_functions]
-        moves = kinds.count(1) == 1 and 2 not in kinds and moves_values(node)
-        owners = tuple(self._owner(fn) if kind == 2 else None for (fn, _), kind in zip(node.next_functions, kinds))
+    def watch(self, node, site: int, kinds: list[int] | None = None, nexts: tuple | None = None) -> None:
+        """Hook `node`; `kinds` and `nexts`: slot_kinds of its next_functions, and those, when the
+        caller has them already."""
+        if nexts is None:
+            nexts = node.next_functions
+        if kinds is None:
+            kinds = slot_kinds(nexts)
+        params = 2 in kinds
+        moves = not params and kinds.count(1) == 1 and moves_values(node)
+        owners = (tuple(self._owner(fn) if kind == 2 else None for (fn, _), kind in zip(nexts, kinds)) if params
+                  else ())
         if ops.zeros_on_purpose(type(node).__name__):
             self._feeds_zeros(node)
         hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node), moves, owners)
@@ -210,14 +223,22 @@ class GradientRecorder:
                      grad_inputs, grad_outputs) -> None:
         if not self.active:
             return
-        # NOTE: no_grad: under create_graph=True the gradients themselves require grad,
-        # and our norms must not join the user's double-backward graph.
+        # NOTE: no gradient mode: under create_graph=True the gradients themselves require
+        # grad, and our norms must not join the user's double-backward graph (without it,
+        # the usual case, grad mode is already off in backward and is left alone).
+        grad_on = torch.is_grad_enabled()
         try:
-            with torch._C.DisableTorchFunction(), torch.no_grad():
+            with torch._C.DisableTorchFunction():
+                if grad_on:
+                    torch._C._set_grad_enabled(False)
                 self._record(site, seq, kinds, zeroing, moves, grad_inputs, grad_outputs)
-                self._note_fresh(kinds, owners, grad_inputs)
+                if 2 in kinds:
+                    self._note_fresh(kinds, owners, grad_inputs)
         except Exception as exc:  # leaky's own failure must not stop the user's backward
             self.on_error(exc)
+        finally:
+            if grad_on:
+                torch._C._set_grad_enabled(True)
 
     def _note_fresh(self, kinds: tuple, owners: tuple, grad_inputs) -> None:
         """After _record: each parameter's single fresh gradient and its norm (see _fresh)."""
@@ -249,31 +270,41 @@ class GradientRecorder:
         tensor at the same version: autograd may add a second contribution into it in
         place (a tensor used twice), which bumps its version, and then it is normed again.
         """
-        known: dict[int, Tensor] = {}
-        for index, grad in enumerate(arriving):
-            norm = self.known_norm(grad)
-            if norm is not None:
-                known[index] = norm
+        sent = self._sent
+        known = []
+        todo = []
+        for grad in arriving:
+            entry = sent.get(id(grad))
+            norm = entry[2] if entry is not None and entry[0]() is grad and entry[1] == grad._version else None
+            known.append(norm)
+            if norm is None:
+                todo.append(grad)
         moved = moves and len(acts) == 1 and not params
-        todo = [g for i, g in enumerate(arriving) if i not in known] + ([] if moved else acts + params)
+        if not moved:
+            todo += acts
+            todo += params
         computed = iter(torch._foreach_norm(todo)) if todo else iter(())
-        norms = [known[i] if i in known else next(computed) for i in range(len(arriving))]
+        norms = [next(computed) if norm is None else norm for norm in known]
         if moved:
             norms.append(norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms)))
         norms.extend(computed)
-        for grad, norm in zip(acts + params, norms[len(arriving):]):
+        at = len(arriving)
+        for grad in acts + params:
             try:
-                self._sent[id(grad)] = (weakref.ref(grad), grad._version, norm)
+                sent[id(grad)] = (weakref.ref(grad), grad._version, norms[at])
             except TypeError:   # a tensor subclass without weak references
                 pass
+            at += 1
         return norms
 
     def _record(self, site, seq, kinds, zeroing, moves, grad_inputs, grad_outputs) -> None:
-        arriving = [_dense(g) for g in grad_outputs if g is not None]
+        arriving = [_dense(g) if g.is_sparse else g for g in grad_outputs if g is not None]
         if not arriving or arriving[0].is_meta:
             return   # no values on the meta device
-        acts = [_dense(g) for g, k in zip(grad_inputs, kinds) if k == 1 and g is not None]
-        params = [_dense(g) for g, k in zip(grad_inputs, kinds) if k == 2 and g is not None]
+        acts, params = [], []
+        for g, k in zip(grad_inputs, kinds):
+            if g is not None and k:
+                (acts if k == 1 else params).append(_dense(g) if g.is_sparse else g)
         values = self.buffer.values
         offset = len(values)
         values.extend(self._norms(arriving, acts, params, moves))

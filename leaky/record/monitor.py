@@ -169,7 +169,9 @@ class UpdateProbe:
                   if p.requires_grad and not p.is_meta and not p.is_sparse]
         with torch._C.DisableTorchFunction(), torch.no_grad():
             self.params.extend(params)
-            self.before.extend(p.detach().clone() for p in params)
+            # NOTE: one copy of every parameter in one call (x * 1.0 is x, bit for bit), not
+            # a detach and a clone per parameter
+            self.before.extend(torch._foreach_mul(params, 1.0) if params else ())
 
     def after_step(self) -> tuple[list, list[Tensor], list[Tensor]]:
         """(params, update norms, weight norms) as device scalars; clears the snapshot."""
@@ -179,7 +181,7 @@ class UpdateProbe:
             weights = list(torch._foreach_norm(self.before))
             # NOTE: the difference overwrites the snapshot in place, so the probe never holds
             # more than one copy of the parameters (the sign does not change the norm).
-            torch._foreach_sub_(self.before, [p.detach() for p in self.params])
+            torch._foreach_sub_(self.before, self.params)   # under no_grad: no graph, no detach needed
             updates = list(torch._foreach_norm(self.before))
         params, self.params, self.before = self.params, [], []
         return params, updates, weights

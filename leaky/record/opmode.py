@@ -19,7 +19,9 @@ from leaky.record.compiled import outside_graphs
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
 
-_METADATA = ops.calls.METADATA   # calls that only read metadata: pass straight through
+# calls that only read metadata, and attribute writes (`p.grad = None` in every zero_grad:
+# its output is None, nothing to observe): passed straight through
+_PASS = ops.calls.METADATA | {"__set__"}
 _CUTS = ops.calls.CUTS           # calls that leave the graph, and the kind of cut
 _NN_INIT = ops.calls.NN_INIT
 _LEAF_MAKERS = ops.calls.LEAF_MAKERS   # calls that can build a new leaf that requires grad
@@ -71,7 +73,7 @@ class OpMode(TorchFunctionMode):
         if name == "__get__" and getattr(func, "__self__", None) is _DATA:
             rec.guarded(rec.note_cut, ops.calls.DATA, args)
             return func(*args, **kwargs)
-        if name in _METADATA:
+        if name in _PASS:
             return func(*args, **kwargs)
         if name in _CUTS:
             rec.guarded(rec.note_cut, _CUTS[name], args)

@@ -8,7 +8,6 @@ configured number of steps. It observes and records; it computes no statistic.
 from __future__ import annotations
 
 import warnings
-from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Callable
 
@@ -19,12 +18,13 @@ from torch.optim import optimizer as optim_globals
 from leaky.config import AuditConfig
 from leaky.record.compiled import CompiledCalls, outside_graphs
 from leaky import ops
-from leaky.record.activations import RATE_GAP, UnitStats, unit_dim
+from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_probe import BatchProbe
 from leaky.record.forward import ForwardProbes
 from leaky.record.provenance import Provenance
+from leaky.record.feedback import FeedbackWatch
 from leaky.record.functions import FunctionWatch
-from leaky.record.gradients import GradientRecorder, leads_to_param
+from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
 from leaky.record.leaves import MadeLeaf, MadeLeaves
 from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
@@ -46,6 +46,9 @@ from leaky.stats import CutEvent
 # rstd its node saves (one value per channel or row) and the affine parameters are: those
 # few values are checked instead of the whole output (up to values past ~1e36, where the
 # product overflows). Only the node types ops.layers registers; others are checked in full.
+
+
+_UNSET = object()
 
 
 class StopObserving(BaseException):
@@ -99,7 +102,7 @@ class Recorder(StepTracking):
         self.cuts: dict[tuple, CutEvent] = {}
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
         self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
-        self.param_uses: dict[int, set[int]] = defaultdict(set)   # id(param) -> matmul sites
+        self.feedback = FeedbackWatch(("leaky", id(self)))   # square weights a recurrence reuses (the mark below)
         self.optimizers: list[torch.optim.Optimizer] = []
         self.observing = False
         self.step = 0              # index of the step being recorded
@@ -156,6 +159,7 @@ class Recorder(StepTracking):
             self.warning_source.__exit__()
         if self.buffer.records and self.error is None:
             self.guarded(self._flush)
+        self.guarded(settle_units, self.units.values())   # a last forward with no backward after it
         if self.error is None and (self.monitor.pending or self.monitor.loss is not None):
             if self.monitor.loss is not None and self._calls_since_step:
                 self.monitor.end_step(self.step, self.last_optimizer, None, self.optimizer_index(self.last_optimizer))
@@ -253,22 +257,30 @@ class Recorder(StepTracking):
         if module is not None and self.modules.infos[module].called_by_torch is None:
             self.modules.note_caller(module)
         where = self.locator.locate()
-        detail = self._detail(op, args, kwargs)
+        detail = _UNSET   # what a new site keeps of the call (_detail): asked only for a new site
         first_site = None
-        stack = [t.grad_fn for t in outputs]
+        # NOTE: each node's input slots are classified once (slot_kinds): the hook needs
+        # them, and only activation slots (kind 1) are walked on, so no node is asked twice
+        # whether it leads to a parameter.
+        stack = [t.grad_fn for t in outputs if t.grad_fn is not None and not leads_to_param(t.grad_fn)]
         while stack:
             node = stack.pop()
-            if node is None or leads_to_param(node):
-                continue
             meta = node.metadata
-            if self._mark in meta or type(node).__name__ == ops.COMPILED:
+            name = type(node).__name__
+            if self._mark in meta or name == ops.COMPILED:
                 continue   # seen, or a compiled module's whole backward: its ops are not observed
-            site = self.sites.intern(op, type(node).__name__, module, where, node._sequence_nr(), detail)
+            site = self.sites.find(op, name, module, where)
+            if site is None:
+                if detail is _UNSET:
+                    detail = self._detail(op, args, kwargs)
+                site = self.sites.intern(op, name, module, where, node._sequence_nr(), detail)
             meta[self._mark] = site
             if first_site is None:
                 first_site = site
-            self.grads.watch(node, site)
-            stack.extend(fn for fn, _ in node.next_functions)
+            nexts = node.next_functions   # a new tuple at each read: read once
+            kinds = slot_kinds(nexts)
+            self.grads.watch(node, site, kinds, nexts)
+            stack.extend(fn for (fn, _), kind in zip(nexts, kinds) if kind == 1)
         if first_site is None:
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
@@ -277,11 +289,9 @@ class Recorder(StepTracking):
         self.probes.observe(op, first_site, args, kwargs, self._count_rates(), out)
         activation = ops.activation(op)
         if activation is not None and out.is_floating_point():
-            self._update_units(first_site, activation, out, detail, args)
+            self._update_units(first_site, activation, out, op, args, kwargs)
         if ops.is_matmul(op):
-            for param in parameters_in(args):
-                if param.ndim == 2 and param.shape[0] == param.shape[1] and self._feeds_back(args, first_site):
-                    self.param_uses[id(param)].add(first_site)
+            self.feedback.note_matmul(args, first_site, self.step)
 
     def _check_finite(self, op: str, site: int, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
         """One reduction of the op's output whose value is non-finite iff an element is.
@@ -340,24 +350,6 @@ class Recorder(StepTracking):
                     seen = True
         return seen
 
-    def _feeds_back(self, args: tuple, site: int, depth: int = 6) -> bool:
-        """Whether this matmul's activation input was computed from an earlier run of the
-        same site: the mark of a recurrence h_t = f(h_{t-1} @ W), not of x_t @ W_ih."""
-        frontier = [a.grad_fn for a in args if isinstance(a, Tensor) and not isinstance(a, nn.Parameter)
-                    and a.grad_fn is not None]
-        seen = set()
-        for _ in range(depth):
-            following = []
-            for node in frontier:
-                if node is None or id(node) in seen or leads_to_param(node):
-                    continue
-                seen.add(id(node))
-                if node.metadata.get(self._mark) == site:
-                    return True
-                following.extend(fn for fn, _ in node.next_functions)
-            frontier = following
-        return False
-
     def _detail(self, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
         """What of the call a check needs later: a softmax's dim, a clamp's bounds, what fed a log."""
         rule = ops.rule(op)
@@ -375,9 +367,10 @@ class Recorder(StepTracking):
             return {"low": low, "high": high}
         return None
 
-    def _update_units(self, site: int, activation, out: Tensor, detail, args) -> None:
+    def _update_units(self, site: int, activation, out: Tensor, op: str, args: tuple, kwargs: dict) -> None:
         stats = self.units.get(site)
         if stats is None:
+            detail = self._detail(op, args, kwargs)
             producer = args[0].grad_fn if args and isinstance(args[0], Tensor) else None
             dim = unit_dim(out, type(producer).__name__ if producer is not None else None)
             extra = dict(detail or {})

@@ -82,6 +82,10 @@ class SiteTable:
         self.sites: list[Site] = []
         self._index: dict[tuple, int] = {}
 
+    def find(self, op: str, node: str, module_key: int | None, where: tuple[str, int] | None) -> int | None:
+        """The site already interned for this op, node, module and place, if any."""
+        return self._index.get((op, node, module_key, where))
+
     def intern(self, op: str, node: str, module_key: int | None, where: tuple[str, int] | None,
                seq: int, detail: dict[str, Any] | None = None) -> int:
         key = (op, node, module_key, where)

@@ -8,7 +8,8 @@ place that knows where each value sits.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -17,9 +18,9 @@ from torch import Tensor
 from leaky.record import distributed
 
 
-@dataclass(frozen=True)
-class NodeRecord:
-    """Host-side description of one hook call; its numbers sit in the value list."""
+class NodeRecord(NamedTuple):
+    """Host-side description of one hook call; its numbers sit in the value list (a
+    NamedTuple: one is made per node per sampled step, and a tuple is the cheapest record)."""
 
     site: int
     seq: int            # creation order of the node: forward order, recurrence time order
@@ -64,9 +65,10 @@ def _to_host(pieces: list[Tensor]) -> np.ndarray:
         return np.zeros(0)
     with torch._C.DisableTorchFunction():
         pieces = distributed.materialise(pieces)   # FSDP2 norms: combined across ranks
-        first = pieces[0].device
-        if all(p.device == first for p in pieces):
+        try:   # one device, the usual case: asked of torch.stack, not of each piece
             return torch.stack(pieces).detach().cpu().double().numpy()
+        except RuntimeError:
+            pass   # values on several devices (a model split across GPUs): one copy per device
         host = np.zeros(len(pieces))
         by_device: dict = {}
         for index, piece in enumerate(pieces):
@@ -91,6 +93,8 @@ class HostStep:
     forward_finite: np.ndarray     # forward output norms (sums once a site's RMS is known): non-finite where an output was
     extras: dict[str, float]
     forward_numel: list[int]
+    _finite: bool | None = field(default=None, repr=False, compare=False)
+    _squares: tuple | None = field(default=None, repr=False, compare=False)
 
     def arriving(self, rec: NodeRecord) -> np.ndarray:
         return self.values[rec.offset:rec.offset + rec.n_in]
@@ -124,6 +128,35 @@ class HostStep:
         return rec.offset + rec.n_in + rec.n_act + rec.n_param
 
     @property
+    def all_finite(self) -> bool:
+        """Every value of the step is finite (then no node sent a NaN/Inf): one pass."""
+        if self._finite is None:
+            self._finite = bool(np.isfinite(self.values).all())
+        return self._finite
+
+    def squared_sums(self) -> tuple[list[float], list[float], list[float]]:
+        """Per record, in order: the summed squares of the norms arriving, sent to activations
+        and sent to parameters (0.0 where there are none), for all records in a few numpy calls.
+
+        NOTE: np.add.reduceat over (start, end) pairs sums each segment on its own (no running
+        total whose differences would lose a small norm next to a large one); an empty
+        segment gives the element at its start, so those are zeroed by their lengths."""
+        if self._squares is None:
+            if not self.records:
+                self._squares = ([], [], [])
+                return self._squares
+            layout = np.array([(r.offset, r.n_in, r.n_act, r.n_param) for r in self.records], dtype=np.int64)
+            offset, lengths = layout[:, 0], layout[:, 1:]
+            ends = offset[:, None] + np.cumsum(lengths, axis=1)             # end of in, act, param
+            starts = np.concatenate([offset[:, None], ends[:, :2]], axis=1)   # start of in, act, param
+            pairs = np.stack([starts, ends], axis=2).reshape(-1)
+            squares = np.square(np.append(self.values, 0.0))   # a start may sit at the very end
+            sums = np.add.reduceat(squares, pairs)[0::2].reshape(-1, 3)
+            sums = np.where(lengths > 0, sums, 0.0)
+            self._squares = (sums[:, 0].tolist(), sums[:, 1].tolist(), sums[:, 2].tolist())
+        return self._squares
+
+    @property
     def forward_bad(self) -> bool:
         """A forward output was NaN/Inf."""
         return bool(len(self.forward_finite)) and not bool(np.all(np.isfinite(self.forward_finite)))
@@ -135,4 +168,4 @@ class HostStep:
     @property
     def backward_bad(self) -> bool:
         """A node sent a NaN/Inf gradient."""
-        return any(not np.all(np.isfinite(self.leaving(rec))) for rec in self.records)
+        return not self.all_finite and any(not np.all(np.isfinite(self.leaving(rec))) for rec in self.records)

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from leaky import ops
 from leaky.record import distributed
+from leaky.record.activations import settle_units
 from leaky.record.loss_path import loss_path_sites
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
@@ -83,13 +84,13 @@ class StepTracking:
         generator backward starts while the discriminator's gradients are still there is
         not mistaken for one that never zeroes.
         """
-        for optimizer in self.optimizers:
-            grads = [distributed.local(p.grad) for group in optimizer.param_groups for p in group["params"]
-                     if p.grad is not None and not p.grad.is_sparse]
-            if not grads:
-                self._old_grads.setdefault(id(optimizer), []).append(0.0)
-                continue
-            with torch._C.DisableTorchFunction(), torch.no_grad():
+        with torch._C.DisableTorchFunction(), torch.no_grad():   # leaky's .grad reads are no op of the model's
+            for optimizer in self.optimizers:
+                grads = [distributed.local(p.grad) for group in optimizer.param_groups for p in group["params"]
+                         if p.grad is not None and not p.grad.is_sparse]
+                if not grads:
+                    self._old_grads.setdefault(id(optimizer), []).append(0.0)
+                    continue
                 norms = torch._foreach_norm(grads)
                 self._old_grads.setdefault(id(optimizer), []).append(torch.stack([n.float() for n in norms]).max())
 
@@ -128,6 +129,7 @@ class StepTracking:
     def _before_opt_step(self, optimizer, args, kwargs):
         if not self.active:
             return None
+        self._suspend_mode()   # first: leaky's own reads of .grad and .requires_grad below skip it too
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
             self.params.note_optimizer(optimizer, len(self.optimizers) - 1)
@@ -143,7 +145,6 @@ class StepTracking:
             self.guarded(self._note_old_grads, optimizer)
         self._stepped.add(id(optimizer))
         self.observing = False   # the optimizer's own ops are not the model's
-        self._suspend_mode()
         return self._observe_closure(optimizer, args, kwargs, sampled)
 
     def _note_step_origin(self, optimizer, sampled: bool) -> None:
@@ -309,6 +310,7 @@ class StepTracking:
         elif series is not None:
             self.flush_series()   # a sharded norm: its all-reduce first, then its own copy
         self._note_clean_sites(host)
+        settle_units(self.units.values())
         self.builder.add_step(self.step, host, grads, updates)
         self.grads.forget_handles()
         if distributed.running():
