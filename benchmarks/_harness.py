@@ -161,7 +161,10 @@ def serve(conn, mode: str, options: WorkerOptions, make_runner) -> None:
     warnings.filterwarnings("ignore")     # detect_anomaly and Cockpit warn on every entry/step
     runner = None
     while True:
-        command, arg = conn.recv()
+        try:
+            command, arg = conn.recv()
+        except EOFError:   # the main process is gone
+            return
         if command == "exit":
             return
         try:
@@ -189,7 +192,9 @@ class Worker:
     def __init__(self, ctx, mode: str, options: WorkerOptions, make_runner) -> None:
         self.mode = mode
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, mode, options, make_runner), daemon=True)
+        # NOTE: not a daemon: a workload's DataLoader starts worker processes of its own, which a
+        # daemon may not; a worker ends at "exit" (stop) or when the main process is gone (EOF)
+        self.proc = ctx.Process(target=serve, args=(child, mode, options, make_runner), daemon=False)
         self.proc.start()
         child.close()
 

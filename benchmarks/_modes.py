@@ -41,6 +41,7 @@ from leaky.watch import DEFAULT_EVERY
 
 from _harness import Skip, WorkerOptions
 from audit_overhead import BUILDERS, Workload
+from standins import STANDINS
 
 # -- the peers -------------------------------------------------------------------------------
 # Cockpit needs module losses (extended by BackPACK) and the per-sample losses.
@@ -316,6 +317,7 @@ RUNNERS = {
 
 
 def make_runner(mode: str, model: str, options: WorkerOptions) -> Runner:
-    """The runner of `mode` on a fresh, seeded copy of audit_overhead.py's `model`."""
+    """The runner of `mode` on a fresh, seeded copy of `model`: one of audit_overhead.py's, or
+    a stand-in for a public program (standins.py)."""
     torch.manual_seed(options.seed)
-    return RUNNERS[mode](BUILDERS[model](options.quick), model, options)
+    return RUNNERS[mode]((BUILDERS.get(model) or STANDINS[model])(options.quick), model, options)

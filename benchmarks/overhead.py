@@ -3,6 +3,7 @@
     python benchmarks/overhead.py --quick                     # smoke run, ~1 min on 2 cores
     python benchmarks/overhead.py --markdown                  # full run, 4-6 min on 2 shared cores
     python benchmarks/overhead.py --models cnn,lstm --rounds 9
+    python benchmarks/overhead.py --models nanogpt,mingpt,dcgan,hf-gpt2   # stand-ins for public programs
 
 Every way of looking at a training step, in one table: ms/step and the ratio to a plain
 step for each model of audit_overhead.py (MLP, CNN, LSTM, Transformer, built from the same
@@ -89,6 +90,7 @@ from _harness import (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, ModelTiming, Plan, Res
 from _modes import close_problems, cockpit_status, make_runner  # noqa: E402
 from _tables import print_notes, print_table, print_verdicts  # noqa: E402
 from audit_overhead import BUILDERS  # noqa: E402
+from standins import STANDINS, missing  # noqa: E402
 
 MODES = ("plain", "audit", "watch-default", "watch-every-1", "anomaly", "naive-item", "cockpit", "plain-b")
 LABELS = {"plain-b": "plain again (A/A)", "audit": "audit", "watch-default": f"watch every={DEFAULT_EVERY}",
@@ -208,10 +210,12 @@ def leaky_notes(results: list[Result]) -> list[str]:
 
 def parse_args(argv: list[str] | None = None):
     p = parser(__doc__, MODES, list(BUILDERS), ROUNDS, f"watch-default: {DEFAULT_EVERY}")
+    p.set_defaults(models=",".join(BUILDERS))   # the stand-ins (standins.py) when named
+    p.epilog = f"stand-ins for public programs (standins.py), by name: {','.join(STANDINS)}"
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc thresholds alone in the workers (see above)")
     p.add_argument("--no-store", action="store_true", help="watch without a SQLite store (default: a temp file)")
-    return parse(p, argv, MODES, list(BUILDERS), ROUNDS)
+    return parse(p, argv, MODES, list(BUILDERS) + list(STANDINS), ROUNDS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for name in args.models:     # fresh workers per model: no model's allocations shape another's
+            if (why := missing(name)) is not None:
+                print(f"{name}: skipped: {why}", flush=True)
+                notes.append(f"{name}: skipped: {why}")
+                continue
             with worker_pool(modes, options, make_runner) as workers:
                 results.append(bench_model(name, workers, args))
     finally:

@@ -5,6 +5,11 @@ the 1% level): cProfile counts the function calls of 50 unsampled steps of a wid
 Linear+ReLU MLP (batch 64, Adam), after the dense steps, the coupling probe and step 100.
 
     python benchmarks/watch_calls.py 10 50 200
+    python benchmarks/watch_calls.py --audit 10 50 200    # per audited step (leaky.audit held open)
+
+With --audit: the calls of 20 steps inside one `leaky.audit(steps=None)`, after 5 steps in
+it, against the same steps without leaky (each figure counts torch's C functions too: every
+op leaky calls is a call).
 """
 import cProfile
 import io
@@ -46,7 +51,45 @@ def measure(depth: int, steps: int = 50) -> str:
             "leaky's own time, under cProfile)")
 
 
+def measure_audit(depth: int, steps: int = 20) -> str:
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(64, 64), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+
+    def loop(n):
+        for _ in range(n):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    def profiled(n):
+        profile = cProfile.Profile()
+        profile.enable()
+        loop(n)
+        profile.disable()
+        return pstats.Stats(profile, stream=io.StringIO())
+
+    loop(3)
+    plain = profiled(steps)
+    with leaky.audit(steps=None):
+        loop(5)
+        audited = profiled(steps)
+    ours = [v for k, v in audited.stats.items() if f"{os.sep}leaky{os.sep}" in k[0]]
+    nodes = 5 * depth + 6   # Addmm, ReLU, T, 2 AccumulateGrad per layer; the head's 3, the loss's 3
+    extra = (audited.total_calls - plain.total_calls) / steps
+    return (f"depth {depth}: {audited.total_calls / steps:.0f} calls per audited step, {plain.total_calls / steps:.0f} "
+            f"without leaky: {extra:.0f} more, {extra / nodes:.1f} per autograd node ({nodes}); "
+            f"{sum(v[1] for v in ours) / steps:.0f} calls of leaky's own functions")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    for arg in sys.argv[1:] or ["10", "50", "200"]:
-        print(measure(int(arg)), flush=True)
+    args = sys.argv[1:]
+    audit = "--audit" in args
+    for arg in [a for a in args if a != "--audit"] or ["10", "50", "200"]:
+        print((measure_audit if audit else measure)(int(arg)), flush=True)

@@ -29,3 +29,30 @@ def test_gpu_benchmark_runs_its_cpu_smoke_and_says_what_it_skipped():
     assert "no CUDA device: skipped peak device memory" in out
     assert "Time on cpu" in out and "audit-held" in out and "watch-default" in out
     assert "FAILED" not in out and "LEAKY INTERNAL ERROR" not in out, out + proc.stderr
+
+
+def test_the_stand_ins_for_public_programs_train_and_a_watch_finds_nothing_on_them():
+    """benchmarks/standins.py: each stand-in (the one that needs transformers only where it is
+    installed) takes real steps, its loss goes down, and a watch over them reports no
+    finding and no internal error: the overhead tables time healthy programs."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from standins import STANDINS, missing
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    import leaky
+
+    ran = []
+    for name, build in STANDINS.items():
+        if missing(name):
+            continue
+        torch.manual_seed(0)
+        work = build(True)
+        with leaky.watch(every=5) as run:
+            for _ in range(40):
+                work.step()
+        assert run.recorder.error is None, (name, run.recorder.error)
+        assert run.recorder.steps_done >= 8, name
+        assert [f.code for f in run.findings] == [], (name, [f.message for f in run.findings])
+        ran.append(name)
+    assert {"nanogpt", "mingpt", "dcgan"} <= set(ran)
