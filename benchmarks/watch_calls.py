@@ -22,7 +22,8 @@ import torch, torch.nn as nn, torch.nn.functional as F
 import leaky
 
 
-def measure(depth: int, steps: int = 50) -> str:
+def training_loop(depth: int):
+    """loop(n): n training steps of the width-64 MLP of this depth (a fresh, seeded copy)."""
     torch.manual_seed(0)
     layers = []
     for _ in range(depth):
@@ -37,54 +38,44 @@ def measure(depth: int, steps: int = 50) -> str:
             opt.zero_grad()
             loss.backward()
             opt.step()
+    return loop
 
+
+def profiled(loop, n: int) -> pstats.Stats:
+    profile = cProfile.Profile()
+    profile.enable()
+    loop(n)
+    profile.disable()
+    return pstats.Stats(profile, stream=io.StringIO())
+
+
+def leaky_calls(stats: pstats.Stats) -> list:
+    return [v for k, v in stats.stats.items() if f"{os.sep}leaky{os.sep}" in k[0]]
+
+
+def measure(depth: int, steps: int = 50) -> str:
+    loop = training_loop(depth)
     with leaky.watch(store=os.path.join(tempfile.mkdtemp(), "runs.db")):
         loop(102)
-        profile = cProfile.Profile()
-        profile.enable()
-        loop(steps)
-        profile.disable()
-    stats = pstats.Stats(profile, stream=io.StringIO())
-    ours = [v for k, v in stats.stats.items() if f"{os.sep}leaky{os.sep}" in k[0]]
+        stats = profiled(loop, steps)
+    ours = leaky_calls(stats)
     return (f"depth {depth}: {stats.total_calls / steps:.0f} Python calls per unsampled step, "
             f"{sum(v[1] for v in ours) / steps:.0f} in leaky ({1e6 * sum(v[2] for v in ours) / steps:.0f} µs of "
             "leaky's own time, under cProfile)")
 
 
 def measure_audit(depth: int, steps: int = 20) -> str:
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(depth):
-        layers += [nn.Linear(64, 64), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(64, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
-
-    def loop(n):
-        for _ in range(n):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-
-    def profiled(n):
-        profile = cProfile.Profile()
-        profile.enable()
-        loop(n)
-        profile.disable()
-        return pstats.Stats(profile, stream=io.StringIO())
-
+    loop = training_loop(depth)
     loop(3)
-    plain = profiled(steps)
+    plain = profiled(loop, steps)
     with leaky.audit(steps=None):
         loop(5)
-        audited = profiled(steps)
-    ours = [v for k, v in audited.stats.items() if f"{os.sep}leaky{os.sep}" in k[0]]
-    nodes = 5 * depth + 6   # Addmm, ReLU, T, 2 AccumulateGrad per layer; the head's 3, the loss's 3
+        audited = profiled(loop, steps)
+    nodes = 5 * depth + 6   # Addmm, ReLU, T, 2 AccumulateGrad per layer; the head's 4, the loss's 2
     extra = (audited.total_calls - plain.total_calls) / steps
     return (f"depth {depth}: {audited.total_calls / steps:.0f} calls per audited step, {plain.total_calls / steps:.0f} "
             f"without leaky: {extra:.0f} more, {extra / nodes:.1f} per autograd node ({nodes}); "
-            f"{sum(v[1] for v in ours) / steps:.0f} calls of leaky's own functions")
+            f"{sum(v[1] for v in leaky_calls(audited)) / steps:.0f} calls of leaky's own functions")
 
 
 if __name__ == "__main__":
