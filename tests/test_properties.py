@@ -348,3 +348,28 @@ def test_unit_counts_equal_a_boolean_count(drawn, relu):
 def test_sign_of_nan_is_zero_on_the_cpu():
     """positive_counts skips its NaN pass on the CPU because torch.sign(NaN) is 0 there."""
     assert torch.sign(torch.tensor([math.nan, -math.nan])).tolist() == [0.0, 0.0]
+
+
+def test_fire_counts_folded_at_the_step_end_equal_counting_each_call():
+    """UnitStats keeps a step's per-call ReLU counts and settle_units folds them for every
+    site at once: the totals and the last step each unit fired are those of counting every
+    call, also past PENDING_LIMIT calls in one step (a loop over time), and a site whose
+    pending step is older is folded before a new step's count is kept."""
+    from leaky import ops
+    from leaky.record.activations import PENDING_LIMIT, UnitStats, settle_units
+
+    def stats():
+        return UnitStats(ops.activation("relu"), 3, 1, {"flat_share": 0.01, "peaked_row": 0.99})
+
+    x, late = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0]]), torch.tensor([[0.0, 0.0, 1.0]])
+    a, b = stats(), stats()
+    calls = {0: 1, 1: PENDING_LIMIT + 3, 2: 1}
+    for step, n in calls.items():
+        for _ in range(n):
+            a.update(late if step == 2 else x, step)
+            b.update(late if step == 2 else x, step)
+        settle_units([a])   # b is never settled by hand: its next step's first call folds it
+    want_active = [1 + calls[1], 0, 2 * (1 + calls[1]) + 1]
+    assert a.active.tolist() == want_active and a.last_active.tolist() == [1, -1, 2]
+    settle_units([b])
+    assert b.active.tolist() == want_active and b.last_active.tolist() == [1, -1, 2]

@@ -111,7 +111,7 @@ class UnitStats:
         self.pending_step = step
         self.pending.append(fired)
         if len(self.pending) >= PENDING_LIMIT:   # many calls in one step (a loop over time): bounded
-            self.pending = [torch.stack(self.pending).sum(0)]
+            self.pending = [_summed(self.pending)]
 
     def _flat_margin(self, x: Tensor) -> Tensor | None:
         """A tensor that is positive exactly where a unit-sample sits in a flat region."""
@@ -170,7 +170,7 @@ def settle_units(all_stats) -> None:
         pending, stats.pending = stats.pending, []
         stats._start(pending[0], counted=True)
         stats_now.append(stats)
-        counts.append(pending[0] if len(pending) == 1 else torch.stack(pending).sum(0))
+        counts.append(pending[0] if len(pending) == 1 else _summed(pending))
     if not stats_now:
         return
     with torch._C.DisableTorchFunction(), torch.no_grad():
@@ -183,6 +183,11 @@ def settle_units(all_stats) -> None:
             torch._foreach_mul_(fired, [float(s.pending_step + 1) for s in stats_now])
         torch._foreach_sub_(fired, 1.0)
         torch._foreach_maximum_([s.last_active for s in stats_now], fired)
+
+
+def _summed(counts: list[Tensor]) -> Tensor:
+    """Several calls' counts of one site, summed in float64 (each is below 2**24, not their sum)."""
+    return torch.stack(counts).sum(0, dtype=torch.float64)
 
 
 def scalar(t: Tensor | None) -> float | None:
