@@ -270,15 +270,8 @@ class GradientRecorder:
         tensor at the same version: autograd may add a second contribution into it in
         place (a tensor used twice), which bumps its version, and then it is normed again.
         """
-        sent = self._sent
-        known = []
-        todo = []
-        for grad in arriving:
-            entry = sent.get(id(grad))
-            norm = entry[2] if entry is not None and entry[0]() is grad and entry[1] == grad._version else None
-            known.append(norm)
-            if norm is None:
-                todo.append(grad)
+        known = [self.known_norm(grad) for grad in arriving]
+        todo = [grad for grad, norm in zip(arriving, known) if norm is None]
         moved = moves and len(acts) == 1 and not params
         if not moved:
             todo += acts
@@ -291,7 +284,7 @@ class GradientRecorder:
         at = len(arriving)
         for grad in acts + params:
             try:
-                sent[id(grad)] = (weakref.ref(grad), grad._version, norms[at])
+                self._sent[id(grad)] = (weakref.ref(grad), grad._version, norms[at])
             except TypeError:   # a tensor subclass without weak references
                 pass
             at += 1

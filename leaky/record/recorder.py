@@ -66,6 +66,7 @@ class Recorder(StepTracking):
         """`make_sink(sites, modules, config)`: what each sampled step's record goes to (add_step,
         add_series, merge_ranks; its `steps` counts the sampled steps it received)."""
         self.config = config
+        self._mark = ("leaky", id(self))   # node.metadata key: node -> its site
         self.on_limit = on_limit
         self.on_step = on_step
         self.on_series = on_series
@@ -102,13 +103,12 @@ class Recorder(StepTracking):
         self.cuts: dict[tuple, CutEvent] = {}
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
         self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
-        self.feedback = FeedbackWatch(("leaky", id(self)))   # square weights a recurrence reuses (the mark below)
+        self.feedback = FeedbackWatch(self._mark)   # square weights a recurrence reuses
         self.optimizers: list[torch.optim.Optimizer] = []
         self.observing = False
         self.step = 0              # index of the step being recorded
         self.backward_calls = 0
         self.saw_optimizer = False
-        self._mark = ("leaky", id(self))
         self._checked = ("leaky-finite", id(self))   # node.metadata: its output was checked
         self._rates_counted_at: int | None = None      # the last step that counted unit rates
         self._mode = OpMode(self)
