@@ -65,6 +65,25 @@ def test_in_place_spellings_are_never_taken_as_value_keeping():
     assert ops.keeps_finite("clip") and not ops.keeps_finite("clip_")
 
 
+def test_the_cached_traits_answer_as_the_questions_do_and_follow_the_registry():
+    spellings = {s for rule in ops.REGISTRY.rules() for s in rule.spellings} | {"relu_", "no_such_op"}
+    for op in spellings:
+        t = ops.traits(op)
+        assert t == (ops.rule(op), ops.keeps_finite(op), ops.selects(op), ops.is_matmul(op), ops.activation(op),
+                     ops.loss_expects(op), ops.layer_kind(op)), op
+    for kind in (torch.autograd.graph.Node, type("ReluBackward0", (), {}), type("TBackward0", (), {}),
+                 type("AccumulateGrad", (), {}), type("ClampBackward1", (), {})):
+        t = ops.node_traits(kind)
+        name = kind.__name__
+        assert (t.accumulates, t.passes_gradient, t.counts_zeros, t.zeros_on_purpose) == (
+            name == ops.ACCUMULATE, ops.passes_gradient(name), ops.counts_zeros(name), ops.zeros_on_purpose(name))
+    shrink_node = type("HardshrinkBackward0", (), {})
+    assert ops.traits("hardshrink").rule is None and not ops.node_traits(shrink_node).counts_zeros   # cached...
+    with ops.registered(HARDSHRINK):   # ... and forgotten when the registry changes
+        assert ops.traits("hardshrink").rule is HARDSHRINK and ops.node_traits(shrink_node).counts_zeros
+    assert ops.traits("hardshrink").rule is None and not ops.node_traits(shrink_node).counts_zeros
+
+
 def test_only_moving_nodes_send_exactly_what_arrives():
     class Node:   # a max-pool node's saved arguments
         def __init__(self, kernel, stride, dilation=(1, 1)):

@@ -11,6 +11,8 @@ are in calls.py. `register(OpRule(...))` adds one; every consumer sees it at onc
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from leaky.ops import activations, arithmetic, calls, dead_zones, layers, losses, movement  # noqa: F401  (register)
 from leaky.ops.activations import LECUN
 from leaky.ops.arithmetic import SCALED_LOSS_NODE
@@ -40,8 +42,9 @@ def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
 
 
 __all__ = ["ACCUMULATE", "BOUNDS", "IDENTITY", "LEAKY", "LECUN", "SCALED_LOSS_NODE", "STRAIGHT_THROUGH", "COMPILED", "LOGITS", "LOG_INPUT", "LOG_PROBABILITIES", "PROBABILITIES",
-           "SOFTMAX_DIM", "VALUES", "Activation", "Init", "OpRule", "REGISTRY", "Zone", "calls", "family",
-           "module_rule", "node_name", "node_rule", "on_change", "register", "registered", "rule", "unregister",
+           "SOFTMAX_DIM", "VALUES", "Activation", "Init", "NodeTraits", "OpRule", "REGISTRY", "Traits", "Zone", "calls",
+           "family", "module_rule", "node_name", "node_rule", "node_traits", "on_change", "register", "registered",
+           "rule", "traits", "unregister",
            "vocabulary", "where"]
 
 
@@ -76,6 +79,60 @@ def loss_expects(op: str) -> str | None:
 def layer_kind(op: str) -> str | None:
     found = rule(op)
     return None if found is None else found.layer
+
+
+class Traits(NamedTuple):
+    """What the recorder asks of an op at each of its calls, answered once per spelling (traits)."""
+
+    rule: OpRule | None
+    keeps_finite: bool
+    selects: bool
+    matmul: bool
+    activation: Activation | None
+    loss: str | None
+    layer: str | None
+
+
+_traits: dict[str, Traits] = {}
+on_change(_traits.clear)
+
+
+def traits(op: str) -> Traits:
+    """The answers of keeps_finite, selects, is_matmul, activation, loss_expects and
+    layer_kind for `op`, from one lookup (the recorder asks them of every op it sees)."""
+    found = _traits.get(op)
+    if found is None:
+        found = _traits[op] = Traits(rule(op), keeps_finite(op), selects(op), is_matmul(op), activation(op),
+                                     loss_expects(op), layer_kind(op))
+    return found
+
+
+class NodeTraits(NamedTuple):
+    """What the backward recorder asks of an autograd node class, answered once per class."""
+
+    accumulates: bool          # AccumulateGrad: a parameter's gradient lands here
+    passes_gradient: bool
+    counts_zeros: bool
+    zeros_on_purpose: bool
+    moves_values: bool         # always (moves_values may also say yes for one node: moves_values_when)
+    moves_when: object         # the rule's per-node test, or None
+
+
+_node_traits: dict[type, NodeTraits] = {}
+on_change(_node_traits.clear)
+
+
+def node_traits(kind: type) -> NodeTraits:
+    """NodeTraits of the autograd node class `kind` (type(node)), from one lookup."""
+    found = _node_traits.get(kind)
+    if found is None:
+        name = kind.__name__
+        rule_ = node_rule(name)
+        found = _node_traits[kind] = NodeTraits(
+            name == ACCUMULATE, passes_gradient(name), counts_zeros(name), zeros_on_purpose(name),
+            rule_ is not None and rule_.moves_values,
+            None if rule_ is None else rule_.extra.get("moves_values_when"))
+    return found
 
 
 def counts_zeros(node: str) -> bool:
@@ -122,11 +179,8 @@ def passes_gradient(node: str) -> bool:
 
 def moves_values(node) -> bool:
     """The node's backward sends exactly the arriving values, plus zeros (see movement.py)."""
-    found = node_rule(type(node).__name__)
-    if found is None:
-        return False
-    when = found.extra.get("moves_values_when")
-    return found.moves_values or (when is not None and when(node))
+    found = node_traits(type(node))
+    return found.moves_values or (found.moves_when is not None and found.moves_when(node))
 
 
 def keeps_scores(node) -> bool:

@@ -154,12 +154,16 @@ class ForwardProbes:
         self.inputs: dict[int, InputProbe] = {}
         self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
 
-    def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True, out=None) -> None:
+    def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True, out=None,
+                traits: ops.Traits | None = None) -> None:
         """`averages`: also fold the input's per-feature mean and spread (a watch does it at
-        most once every RATE_GAP steps); a loss's extremes are taken at every call."""
-        if ops.loss_expects(op) is not None:
+        most once every RATE_GAP steps); a loss's extremes are taken at every call. `traits`:
+        ops.traits(op), when the caller has it."""
+        if traits is None:
+            traits = ops.traits(op)
+        if traits.loss is not None:
             self._loss(op, site, args, kwargs, out)
-        kind = ops.layer_kind(op)
+        kind = traits.layer
         if kind is not None and len(args) > 1 and isinstance(args[1], nn.Parameter):
             self._layer(kind, site, args, kwargs, averages)
 

@@ -20,16 +20,19 @@ from leaky.record.compiled import outside_graphs
 from leaky.record.step_record import NodeRecord, StepBuffer
 
 
+_node_traits = ops.node_traits
+
+
 def leads_to_param(node, depth: int = 3) -> bool:
     """True for AccumulateGrad, and for a short chain of pass-through nodes ending in one
     (a weight's transpose, an autocast copy: they carry a parameter's gradient, not an
     activation's)."""
     if node is None:
         return False
-    name = type(node).__name__
-    if name == ops.ACCUMULATE:
+    kind = _node_traits(type(node))
+    if kind.accumulates:
         return True
-    if depth == 0 or not ops.passes_gradient(name):
+    if depth == 0 or not kind.passes_gradient:
         return False
     inputs = [fn for fn, _ in node.next_functions if fn is not None]
     return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)
@@ -80,16 +83,8 @@ def _count_nonzero(grad: Tensor) -> Tensor:
 
 # NOTE: only nodes whose local derivative can be exactly 0 on some elements (ops.counts_zeros)
 # get their nonzero elements counted: for an add, a view or a matmul the count is wasted work.
-_can_zero_cache: dict[type, bool] = {}
-ops.on_change(_can_zero_cache.clear)
-
-
 def can_zero(node) -> bool:
-    kind = type(node)
-    verdict = _can_zero_cache.get(kind)
-    if verdict is None:
-        verdict = _can_zero_cache[kind] = ops.counts_zeros(kind.__name__)
-    return verdict
+    return _node_traits(type(node)).counts_zeros
 
 
 # NOTE: a node whose backward only moves the arriving values into place (ops.moves_values:
@@ -103,11 +98,10 @@ def _param_at(node, depth: int = 3):
     """The parameter at the end of a short chain of value-moving nodes (a weight's
     transpose): its .grad will hold exactly the values sent into the chain. None otherwise
     (an expand sums, an autocast copy changes the dtype)."""
-    name = type(node).__name__
-    if name == ops.ACCUMULATE:
+    kind = _node_traits(type(node))
+    if kind.accumulates:
         return node.variable
-    rule = ops.node_rule(name)
-    if depth == 0 or rule is None or not rule.moves_values:
+    if depth == 0 or not kind.moves_values:
         return None
     inputs = [fn for fn, _ in node.next_functions if fn is not None]
     return _param_at(inputs[0], depth - 1) if len(inputs) == 1 else None
@@ -153,12 +147,13 @@ class GradientRecorder:
         if kinds is None:
             kinds = slot_kinds(nexts)
         params = 2 in kinds
+        traits = _node_traits(type(node))
         moves = not params and kinds.count(1) == 1 and moves_values(node)
         owners = (tuple(self._owner(fn) if kind == 2 else None for (fn, _), kind in zip(nexts, kinds)) if params
                   else ())
-        if ops.zeros_on_purpose(type(node).__name__):
+        if traits.zeros_on_purpose:
             self._feeds_zeros(node)
-        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), can_zero(node), moves, owners)
+        hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), traits.counts_zeros, moves, owners)
         self.handles.append(node.register_hook(hook))
 
     def _feeds_zeros(self, node, depth: int = 8) -> None:

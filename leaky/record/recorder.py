@@ -284,16 +284,18 @@ class Recorder(StepTracking):
         if first_site is None:
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
-        if out.is_floating_point() and not ops.selects(op):
-            self._check_finite(op, first_site, args, kwargs, outputs)
-        self.probes.observe(op, first_site, args, kwargs, self._count_rates(), out)
-        activation = ops.activation(op)
-        if activation is not None and out.is_floating_point():
-            self._update_units(first_site, activation, out, op, args, kwargs)
-        if ops.is_matmul(op):
+        traits = ops.traits(op)
+        floating = out.is_floating_point()
+        if floating and not traits.selects:
+            self._check_finite(op, first_site, args, kwargs, outputs, traits)
+        self.probes.observe(op, first_site, args, kwargs, self._count_rates(), out, traits)
+        if traits.activation is not None and floating:
+            self._update_units(first_site, traits.activation, out, op, args, kwargs)
+        if traits.matmul:
             self.feedback.note_matmul(args, first_site, self.step)
 
-    def _check_finite(self, op: str, site: int, args: tuple, kwargs: dict, outputs: list[Tensor]) -> None:
+    def _check_finite(self, op: str, site: int, args: tuple, kwargs: dict, outputs: list[Tensor],
+                      traits: ops.Traits | None = None) -> None:
         """One reduction of the op's output whose value is non-finite iff an element is.
 
         NOTE: until the site's first clean step has given its RMS, the norm, in float64 (a
@@ -301,11 +303,13 @@ class Recorder(StepTracking):
         activations would read as non-finite); after it, the sum (half the time of a norm;
         in float32 it overflows only when the values sum past 3e38).
         """
-        if ops.keeps_finite(op) and self._inputs_checked((*args, *kwargs.values())):
+        if traits is None:
+            traits = ops.traits(op)
+        if traits.keeps_finite and self._inputs_checked((*args, *kwargs.values())):
             self._note_checked(outputs)
             return
         out = outputs[0].detach()
-        rule = ops.rule(op)
+        rule = traits.rule
         sides = self._normaliser_sides(rule, args, kwargs, outputs[0]) if rule is not None and rule.normaliser else None
         if site in self.clean_sites and sides is not None:
             value = torch.cat([t.detach().reshape(-1).float() for t in sides]).sum()
