@@ -9,6 +9,8 @@ process of benchmarks/_harness.py drives one runner:
 
   plain, plain-b        zero_grad, forward, loss, backward, optimizer step (audit_overhead.py)
   audit                 leaky.audit(steps=None), entered and left around each timed block
+  audit-run             leaky.audit(steps=20), `leaky audit`'s default, around a block of its 20
+                        steps; its exit builds the report
   audit-held            leaky.audit(steps=None), open from set-up to close: every timed step is a
                         steady-state audited step (none is an audit's first)
   anomaly               torch.autograd.detect_anomaly(), the same
@@ -37,6 +39,7 @@ import torch
 from torch import nn
 
 import leaky
+from leaky.config import AuditConfig
 from leaky.watch import DEFAULT_EVERY
 
 from _harness import Skip, WorkerOptions
@@ -200,6 +203,31 @@ class AuditRunner(Runner):
             self.info["error"] = audit.recorder.error
 
 
+class AuditRunRunner(AuditRunner):
+    """An audit of AuditConfig.steps steps (`leaky audit`'s default --steps) around a block of
+    that many steps; its exit builds the report too (every check), as `leaky audit` does."""
+
+    def context(self):
+        return _Reported(leaky.audit(steps=AuditConfig().steps))
+
+
+class _Reported:
+    """An audit whose exit also builds its report (the audit's own report is made lazily)."""
+
+    def __init__(self, audit) -> None:
+        self.audit = audit
+        self.recorder = audit.recorder
+
+    def __enter__(self):
+        self.audit.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.audit.__exit__(*exc)
+        self.stats = getattr(self.audit, "stats", None)
+        self.audit.report   # noqa: B018  (built now, inside the timed exit)
+
+
 class HeldAuditRunner(Runner):
     """One `leaky.audit(steps=None)` open from setup to close: each step recorded in full."""
 
@@ -305,6 +333,7 @@ RUNNERS = {
     "plain": Runner,
     "plain-b": Runner,
     "audit": AuditRunner,
+    "audit-run": AuditRunRunner,
     "audit-held": HeldAuditRunner,
     "anomaly": AnomalyRunner,
     "naive-item": NaiveRunner,

@@ -10,7 +10,16 @@ step for each model of audit_overhead.py (MLP, CNN, LSTM, Transformer, built fro
 seed), under
 
   audit          leaky.audit(steps=None), entered and left once per timed block (as in
-                 audit_overhead.py); leaving it (folding the statistics) is timed apart
+                 audit_overhead.py); leaving it (folding the statistics) is timed apart.
+                 A block of --steps steps holds one audit's first step, which also
+                 runs the once-per-model probes (LK306's batch probe: a forward and two
+                 backward passes), so this mode weighs first steps far above their share
+                 in a real audit
+  audit-run      an audit as `leaky audit` runs one by default (AuditConfig.steps, 20
+                 steps): a block is the whole audit, first step included; its exit
+                 (folding, every check and the report) is timed apart
+  audit-held     leaky.audit(steps=None), open from set-up to close: every timed step is a
+                 steady-state audited step (none is an audit's first)
   watch-default  leaky.watch(every=DEFAULT_EVERY, store=<temp file>), opened once per model and
                  kept open through the warm-up and every timed block
   watch-every-1  leaky.watch(every=1, store=<temp file>), the same
@@ -83,6 +92,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import leaky  # noqa: E402
+from leaky.config import AuditConfig  # noqa: E402
 from leaky.watch import DEFAULT_EVERY  # noqa: E402
 
 from _harness import (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, ModelTiming, Plan, Result, WorkerOptions,  # noqa: E402
@@ -92,8 +102,11 @@ from _tables import print_notes, print_table, print_verdicts  # noqa: E402
 from audit_overhead import BUILDERS  # noqa: E402
 from standins import STANDINS, missing  # noqa: E402
 
-MODES = ("plain", "audit", "watch-default", "watch-every-1", "anomaly", "naive-item", "cockpit", "plain-b")
-LABELS = {"plain-b": "plain again (A/A)", "audit": "audit", "watch-default": f"watch every={DEFAULT_EVERY}",
+MODES = ("plain", "audit", "audit-run", "audit-held", "watch-default", "watch-every-1", "anomaly", "naive-item",
+         "cockpit", "plain-b")
+AUDIT_RUN = AuditConfig().steps     # the steps of a default audit (audit-run's block)
+LABELS = {"plain-b": "plain again (A/A)", "audit": "audit", "audit-run": f"audit run ({AUDIT_RUN} steps)",
+          "audit-held": "audit held open", "watch-default": f"watch every={DEFAULT_EVERY}",
           "watch-every-1": "watch every=1",
           "anomaly": "detect_anomaly", "naive-item": "naive .item() hooks", "cockpit": "Cockpit economy"}
 TARGETS = {"audit": 2.0, "watch-default": 1.02, "watch-every-1": 1.15}
@@ -116,7 +129,7 @@ class ModeResult:
 
 def bench_model(name: str, workers, args) -> Result:
     plan = Plan(rounds=args.rounds, steps=args.steps, warmup=args.warmup, max_step_s=args.max_step_s,
-                untimed_first=True, lengths={"watch-default": DEFAULT_EVERY})
+                untimed_first=True, lengths={"watch-default": DEFAULT_EVERY, "audit-run": AUDIT_RUN})
     timing = time_model(name, workers, plan)
     results = {mode: _estimate(name, mode, timing, args) for mode in timing.slow}
     reference = bracketing_reference([mean(b.times) for b in timing.blocks["plain"]])
@@ -147,7 +160,7 @@ def _summarize(mode: str, timing: ModelTiming, reference: list[float]) -> ModeRe
         ratio=1.0 if plain else statistics.median(ratios),
         spread=(float("nan"), float("nan")) if plain else iqr(ratios),
         block=timing.block[mode], timed=timing.block[mode] * len(blocks), sampled=[sum(b.heavy) for b in blocks],
-        exit_ms=1e3 * statistics.median(b.exit_s for b in blocks) if mode in ("audit", "anomaly") else
+        exit_ms=1e3 * statistics.median(b.exit_s for b in blocks) if mode in ("audit", "audit-run", "anomaly") else
         1e3 * info.get("exit_s", float("nan")),
         info=info)
 

@@ -22,15 +22,21 @@ import torch, torch.nn as nn, torch.nn.functional as F
 import leaky
 
 
-def training_loop(depth: int):
-    """loop(n): n training steps of the width-64 MLP of this depth (a fresh, seeded copy)."""
+def deep_mlp(depth: int):
+    """(model, Adam, inputs, targets): the width-64 Linear+ReLU MLP of this depth, batch 64 (a
+    fresh, seeded copy)."""
     torch.manual_seed(0)
     layers = []
     for _ in range(depth):
         layers += [nn.Linear(64, 64), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(64, 10))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    return model, opt, torch.randn(64, 64), torch.randint(0, 10, (64,))
+
+
+def training_loop(depth: int):
+    """loop(n): n training steps of deep_mlp(depth)."""
+    model, opt, x, y = deep_mlp(depth)
 
     def loop(n):
         for _ in range(n):

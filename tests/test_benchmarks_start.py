@@ -56,3 +56,28 @@ def test_the_stand_ins_for_public_programs_train_and_a_watch_finds_nothing_on_th
         assert [f.code for f in run.findings] == [], (name, [f.message for f in run.findings])
         ran.append(name)
     assert {"nanogpt", "mingpt", "dcgan"} <= set(ran)
+
+
+def test_a_default_audit_run_block_and_the_phase_split_run_and_report(capsys):
+    """overhead.py's audit-run mode: one block is a whole default audit (its steps observed,
+    the rest of the block plain), and its timed exit builds the report; audit_phases.py
+    prints one row per phase and one for the whole step. No timing is asserted."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import audit_phases
+        from _harness import WorkerOptions, time_block
+        from _modes import make_runner
+
+        from leaky.config import AuditConfig
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    options = WorkerOptions(quick=True, seed=0, threads=1, cpu=None, malloc={}, store_dir=None, cockpit_max_gb=1.0)
+    runner = make_runner("audit-run", "mlp", options)
+    runner.setup()
+    steps = AuditConfig().steps
+    block = time_block(runner, steps + 2, untimed_first=False)
+    assert len(block.times) == steps + 2 and block.exit_s > 0
+    assert runner.info["steps_recorded"] == steps and "error" not in runner.info
+    assert audit_phases.main(["--steps", "2", "2"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"| 2 | {phase} |" in out for phase in (*audit_phases.PHASES, "whole step"))
