@@ -61,9 +61,11 @@ def test_the_stand_ins_for_public_programs_train_and_a_watch_finds_nothing_on_th
 def test_a_default_audit_run_block_and_the_phase_split_run_and_report(capsys):
     """overhead.py's audit-run mode: one block is a whole default audit (its steps observed,
     the rest of the block plain), and its timed exit builds the report; audit_phases.py
-    prints one row per phase and one for the whole step. No timing is asserted."""
+    prints one row per phase and one for the whole step; audit_entry_points.py times the
+    recorder's entry points and puts them back. No timing is asserted."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
+        import audit_entry_points
         import audit_phases
         from _harness import WorkerOptions, time_block
         from _modes import make_runner
@@ -81,3 +83,8 @@ def test_a_default_audit_run_block_and_the_phase_split_run_and_report(capsys):
     assert audit_phases.main(["--steps", "2", "2"]) == 0
     out = capsys.readouterr().out
     assert all(f"| 2 | {phase} |" in out for phase in (*audit_phases.PHASES, "whole step"))
+    audit_entry_points.measure(2, steps=2)   # every entry point is found, timed and put back
+    out = capsys.readouterr().out
+    assert "| Recorder.on_op | 6 |" in out and "| GradientRecorder._record |" in out
+    from leaky.record.recorder import Recorder
+    assert Recorder.on_op.__qualname__ == "Recorder.on_op" and not hasattr(Recorder.on_op, "__wrapped__")
