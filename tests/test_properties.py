@@ -373,3 +373,35 @@ def test_fire_counts_folded_at_the_step_end_equal_counting_each_call():
     assert a.active.tolist() == want_active and a.last_active.tolist() == [1, -1, 2]
     settle_units([b])
     assert b.active.tolist() == want_active and b.last_active.tolist() == [1, -1, 2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from(["tanh", "sigmoid"]), st.lists(st.integers(1, 24), min_size=1,
+                                                                                  max_size=3))
+def test_saturation_folded_from_kept_outputs_equals_folding_each_call(seed, name, calls):
+    """A sigmoid's or tanh's outputs are kept for the step and their shares folded stacked
+    (UnitStats.fold_outputs): the histogram and the per-unit flat counts equal folding each
+    call on its own, bit for bit, past PENDING_LIMIT calls, across steps, shapes and a
+    step left unsettled; an output written in place after its call is left out."""
+    from leaky import ops
+    from leaky.record.activations import UnitStats, settle_units
+
+    gen = torch.Generator().manual_seed(seed)
+    detail = {"flat_share": 0.05, "peaked_row": 0.99}
+    kept, each = (UnitStats(ops.activation(name), 5, 1, dict(detail)) for _ in range(2))
+    for step, n in enumerate(calls):
+        rows = 1 + step % 2   # another shape each step
+        for _ in range(n):
+            fn = torch.tanh if name == "tanh" else torch.sigmoid
+            x = fn(torch.randn(rows * 3, 5, generator=gen) * 4)
+            kept.update(x, step)
+            each._count_flat(each._share_margin(x), [0], x.shape[0])
+        if step == 0:
+            written = fn(torch.randn(3, 5, generator=gen))
+            kept.update(written, step)
+            written.mul_(0.5)   # after its call: its shares are gone, it is left out
+        if step % 2:
+            settle_units([kept])   # other steps stay unsettled until the next step's first call
+    settle_units([kept])
+    assert torch.equal(kept.hist, each.hist) and torch.equal(kept.flat, each.flat)
+    assert kept.hist.sum() == sum(15 * (1 + step % 2) * n for step, n in enumerate(calls)) and not kept.outputs

@@ -28,7 +28,13 @@ HIST_LOW = -16.0  # log10 of the smallest local derivative share kept apart
 # steps, the cadence at which its checks read them; an audit, and a watch's first audited
 # steps, count every call.
 RATE_GAP = 10
-PENDING_LIMIT = 16   # a site's per-call fire counts kept within one step before they are summed
+PENDING_LIMIT = 16   # a site's per-call fire counts (or outputs, SHARES_HELD) kept within one step before folding
+# NOTE: a sigmoid's or tanh's output is kept until the step ends (or PENDING_LIMIT calls, or
+# this many elements of one site), then its local-derivative shares are histogrammed and its
+# flat samples counted for all of the step's calls at once: in a recurrence that is ~10 tensor
+# calls per site a step, not per time step. Autograd saves these outputs for the backward
+# anyway, so keeping them costs memory only between the backward and the step's end.
+SHARES_HELD = 1 << 22
 
 
 def unit_dim(out: Tensor, producer: str | None) -> int:
@@ -65,6 +71,8 @@ class UnitStats:
     first_share: Tensor | None = None
     pending: list = field(default_factory=list)   # this step's per-call fire counts, not yet folded
     pending_step: int = -1
+    outputs: list = field(default_factory=list)   # this step's outputs (and versions) whose shares are not yet folded
+    outputs_step: int = -1
 
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
@@ -91,10 +99,46 @@ class UnitStats:
                 any_fired = amax_over(x, dims) > 0   # a NaN in the unit: not fired (a non-finite step)
                 self._start(any_fired)
                 self.last_active.masked_fill_(any_fired, step)
-        margin = self._flat_margin(x) if count else None
-        if margin is not None:
-            counted = count_positive(margin, dims, per_unit)
-            self.flat = counted if self.flat is None else self.flat + counted
+        if not count:
+            return
+        if self.activation.bounded:
+            self._count_flat(self._bounded_margin(x), dims, per_unit)
+        elif self.activation.derivative_share is not None:
+            self._keep_output(x, step)
+
+    def _count_flat(self, margin: Tensor, dims: list[int], per_unit: int) -> None:
+        counted = count_positive(margin, dims, per_unit)
+        self.flat = counted if self.flat is None else self.flat + counted
+
+    def _keep_output(self, x: Tensor, step: int) -> None:
+        """Keep one call's output until its shares are folded with the step's other calls
+        (see SHARES_HELD); a call of another step, shape, dtype or device folds those first."""
+        kept = self.outputs
+        if kept:
+            first = kept[0][0]
+            if (self.outputs_step != step or x.shape != first.shape or x.dtype != first.dtype
+                    or x.device != first.device or (len(kept) + 1) * x.numel() > SHARES_HELD):
+                self.fold_outputs()
+        self.outputs_step = step
+        self.outputs.append((x, x._version))
+        if len(self.outputs) >= PENDING_LIMIT:
+            self.fold_outputs()
+
+    def fold_outputs(self) -> None:
+        """Histogram the kept outputs' local-derivative shares and count their flat samples,
+        stacked: the same counts, bin for bin and unit for unit, as one call at a time (each
+        a whole number, exact in float32 below 2**24 = 4 * SHARES_HELD).
+
+        NOTE: an output written in place after its call has lost its values and is left out
+        (for sigmoid and tanh that also breaks the user's backward, which reads the output)."""
+        kept, self.outputs = self.outputs, []
+        outputs = [x for x, version in kept if x._version == version]
+        if not outputs:
+            return
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            x = outputs[0] if len(outputs) == 1 else torch.stack(outputs)
+            dims = other_dims(x.ndim, self.unit_dim + x.ndim - outputs[0].ndim)
+            self._count_flat(self._share_margin(x), dims, x.numel() // max(self.units, 1))
 
     def _start(self, like: Tensor, counted: bool = False) -> None:
         """The per-unit accumulators, float64, made at the first call that needs them."""
@@ -113,17 +157,17 @@ class UnitStats:
         if len(self.pending) >= PENDING_LIMIT:   # many calls in one step (a loop over time): bounded
             self.pending = [_summed(self.pending)]
 
-    def _flat_margin(self, x: Tensor) -> Tensor | None:
-        """A tensor that is positive exactly where a unit-sample sits in a flat region."""
-        if self.activation.bounded:
-            low, high = self.detail["low"], self.detail["high"]
-            if low == 0.0:  # relu6: the lower bound is ReLU sparsity, counted as inactivity
-                return (x >= high).to(x.dtype)
-            return ((x <= low) | (x >= high)).to(x.dtype)
-        share_of = self.activation.derivative_share
-        if share_of is None:
-            return None
-        share = share_of(x.float())
+    def _bounded_margin(self, x: Tensor) -> Tensor:
+        """Positive exactly where a unit-sample of a bounded activation sits at a bound."""
+        low, high = self.detail["low"], self.detail["high"]
+        if low == 0.0:  # relu6: the lower bound is ReLU sparsity, counted as inactivity
+            return (x >= high).to(x.dtype)
+        return ((x <= low) | (x >= high)).to(x.dtype)
+
+    def _share_margin(self, x: Tensor) -> Tensor:
+        """Fold the local-derivative shares of x into the histogram; positive exactly where a
+        unit-sample sits in a flat region (its share below flat_share)."""
+        share = self.activation.derivative_share(x.float())
         logs = torch.log10(share.clamp_min(10.0 ** HIST_LOW))
         hist = torch.histc(logs, bins=HIST_BINS, min=HIST_LOW, max=0.0)
         self.hist = hist if self.hist is None else self.hist + hist
@@ -165,6 +209,8 @@ def settle_units(all_stats) -> None:
     is `step` where a unit fired and leaves `last` (>= -1) where it did not."""
     stats_now, counts = [], []
     for stats in all_stats:
+        if stats.outputs:
+            stats.fold_outputs()
         if not stats.pending:
             continue
         pending, stats.pending = stats.pending, []
