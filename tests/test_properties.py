@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -378,6 +378,8 @@ def test_fire_counts_folded_at_the_step_end_equal_counting_each_call():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(["tanh", "sigmoid"]), st.lists(st.integers(1, 24), min_size=1,
                                                                                   max_size=3))
+@example(0, "tanh", [15])            # PENDING_LIMIT - 1 calls after the written one: a fold at the last
+@example(1, "sigmoid", [16, 16, 1])  # folds at PENDING_LIMIT, the written output in the first
 def test_saturation_folded_from_kept_outputs_equals_folding_each_call(seed, name, calls):
     """A sigmoid's or tanh's outputs are kept for the step and their shares folded stacked
     (UnitStats.fold_outputs): the histogram and the per-unit flat counts equal folding each
@@ -391,15 +393,17 @@ def test_saturation_folded_from_kept_outputs_equals_folding_each_call(seed, name
     kept, each = (UnitStats(ops.activation(name), 5, 1, dict(detail)) for _ in range(2))
     for step, n in enumerate(calls):
         rows = 1 + step % 2   # another shape each step
-        for _ in range(n):
-            fn = torch.tanh if name == "tanh" else torch.sigmoid
-            x = fn(torch.randn(rows * 3, 5, generator=gen) * 4)
-            kept.update(x, step)
-            each._count_flat(each._share_margin(x), [0], x.shape[0])
+        fn = torch.tanh if name == "tanh" else torch.sigmoid
         if step == 0:
+            # first, so that it is still kept when written (a step's PENDING_LIMIT-th kept
+            # output is folded at its call, before any later write)
             written = fn(torch.randn(3, 5, generator=gen))
             kept.update(written, step)
             written.mul_(0.5)   # after its call: its shares are gone, it is left out
+        for _ in range(n):
+            x = fn(torch.randn(rows * 3, 5, generator=gen) * 4)
+            kept.update(x, step)
+            each._count_flat(each._share_margin(x), [0], x.shape[0])
         if step % 2:
             settle_units([kept])   # other steps stay unsettled until the next step's first call
     settle_units([kept])
