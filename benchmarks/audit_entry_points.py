@@ -10,6 +10,16 @@ after 5 steps in it: each figure is the time of that function and everything it 
 during real steps. Nested entries (`_norms` inside `_record`) are also inside their
 caller's figure, and each wrapper adds its own ~1-2 µs to its callers. Plus the garbage
 collector's time per step (gc.callbacks), plain and audited.
+
+    python benchmarks/audit_entry_points.py --watch 10 50 200
+    python benchmarks/audit_entry_points.py --watch mlp cnn lstm transformer nanogpt mingpt dcgan hf-gpt2
+
+With --watch (a depth, or a model of overhead.py), the same for a watch's unsampled step, the step `leaky watch` runs 99 times in
+100 at its defaults: one `leaky.watch(every=10**6)` held open, 110 untimed steps (past its
+audited first steps and the COUPLING_STEPS that probe whose loss reaches whom), then 100
+timed ones, none sampled. Its entry points are what torch calls into leaky in such a step;
+the top-level ones (not inside another) sum to leaky's own time per step, set against the
+plain step's time taken in blocks before and after the watch in the same process.
 """
 import collections
 import functools
@@ -49,12 +59,31 @@ ENTRY_POINTS = [
     ("leaky.derive.accumulate", "StepFolder", "add_step"),
 ]
 
+# what an unsampled watch step calls; the first four are called by torch (the rest inside them)
+WATCH_TOP = ["StepTracking._note_backward", "StepTracking._before_opt_step", "StepTracking._after_opt_step",
+             "OriginWatch._zero_grad"]
+WATCH_ENTRY_POINTS = [
+    ("leaky.record.steps", "StepTracking", "_note_backward"),
+    ("leaky.record.steps", "StepTracking", "_before_opt_step"),
+    ("leaky.record.steps", "StepTracking", "_after_opt_step"),
+    ("leaky.record.origins", "OriginWatch", "_zero_grad"),
+    ("leaky.record.monitor", "StepMonitor", "note_loss"),
+    ("leaky.record.steps", "StepTracking", "_probe_old_grads"),
+    ("leaky.record.steps", "StepTracking", "_end_step"),
+    ("leaky.record.monitor", "StepMonitor", "end_step"),
+    ("leaky.record.distributed", None, "sharded_squares"),
+    ("leaky.record.distributed", None, "total_norm"),
+    ("leaky.record.monitor", None, "present_grads"),
+    ("leaky.record.steps", "StepTracking", "_sample"),
+    ("leaky.record.sites", "SourceLocator", "locate"),
+]
 
-def wrap_all(spent: dict, calls: collections.Counter) -> list:
+
+def wrap_all(spent: dict, calls: collections.Counter, entry_points=ENTRY_POINTS) -> list:
     """Wrap every entry point; returns what to put back."""
     clock = time.perf_counter
     undo = []
-    for module_name, class_name, name in ENTRY_POINTS:
+    for module_name, class_name, name in entry_points:
         owner = importlib.import_module(module_name)
         if class_name is not None:
             owner = getattr(owner, class_name)
@@ -117,7 +146,79 @@ def measure(depth: int, steps: int = 40) -> None:
               f"{1e3 * seconds / steps:.2f} |")
 
 
+def timed_steps(loop, blocks: int, steps: int) -> list[float]:
+    """Seconds per step of each block."""
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        loop(steps)
+        times.append((time.perf_counter() - start) / steps)
+    return times
+
+
+def workload_loop(name: str):
+    """loop(n) for a depth (watch_calls.py's MLP), a benchmark model or a stand-in (overhead.py's names)."""
+    if name.isdigit():
+        return training_loop(int(name))
+    from audit_overhead import BUILDERS
+    from standins import STANDINS, missing
+    if name in STANDINS and missing(name):
+        raise SystemExit(f"{name}: {missing(name)}")
+    work = BUILDERS[name](False) if name in BUILDERS else STANDINS[name](False)
+
+    def loop(n):
+        for _ in range(n):
+            work.step()
+    return loop
+
+
+def measure_watch(name: str, steps: int = 100) -> None:
+    import tempfile
+    loop = workload_loop(name)
+    loop(3)
+    collected = collections.defaultdict(float)
+    callback = gc_timer(collected)
+    gc.callbacks.append(callback)
+    spent, calls = collections.defaultdict(float), collections.Counter()
+    undo = wrap_all(spent, calls, WATCH_ENTRY_POINTS)
+    try:
+        plain = timed_steps(loop, 5, steps // 5)
+        plain_gc = collected.pop("gc", 0.0)
+        with tempfile.TemporaryDirectory() as folder:
+            with leaky.watch(every=10**6, store=os.path.join(folder, "runs.db")) as run:
+                loop(110)
+                sampled_before = run.recorder.steps_done
+                spent.clear(), calls.clear(), collected.clear()
+                watched = timed_steps(loop, 5, steps // 5)
+                watch_gc = collected.pop("gc", 0.0)
+                sampled = run.recorder.steps_done - sampled_before
+        plain += timed_steps(loop, 5, steps // 5)
+        plain_gc += collected.pop("gc", 0.0)
+    finally:
+        gc.callbacks.remove(callback)
+        for owner, name, original in undo:
+            setattr(owner, name, original)
+    own = sum(spent[label] for label in WATCH_TOP) / steps
+    reference = min(plain)
+    label = f"depth {name}" if name.isdigit() else name
+    print(f"{label}: plain {1e3 * reference:.2f} ms per step (best of 10 blocks of {steps // 5}, before and "
+          f"after), unsampled watch {1e3 * min(watched):.2f} (best of 5 blocks; {sampled} sampled); leaky's own "
+          f"{1e6 * own:.0f} µs a step = {100 * own / reference:.1f}% of the plain step; garbage collection "
+          f"{1e6 * watch_gc / steps:.0f} µs a step watched, {1e6 * plain_gc / (2 * steps):.0f} plain")
+    print("| entry point | calls per step | µs per call | µs per step |")
+    print("|---|---:|---:|---:|")
+    for label, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+        top = "" if label in WATCH_TOP else " (inside)"
+        print(f"| {label}{top} | {calls[label] / steps:.1f} | {1e6 * seconds / calls[label]:.1f} | "
+              f"{1e6 * seconds / steps:.1f} |")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    for arg in sys.argv[1:] or ["50"]:
-        measure(int(arg))
+    args = sys.argv[1:]
+    watch = "--watch" in args
+    for arg in [a for a in args if a != "--watch"] or ["50"]:
+        if watch:
+            measure_watch(arg)
+        else:
+            measure(int(arg))

@@ -2,7 +2,9 @@
 
 A deterministic companion to depth_sweep.py's timings (which this machine's noise blurs at
 the 1% level): cProfile counts the function calls of 50 unsampled steps of a width-64
-Linear+ReLU MLP (batch 64, Adam), after the dense steps, the coupling probe and step 100.
+Linear+ReLU MLP (batch 64, Adam), after the dense steps, the coupling probe and step 100:
+all of them, leaky's own, and those leaky makes into torch and builtins (each tensor op
+leaky runs is one; in place on this CPU one costs 5-25 µs).
 
     python benchmarks/watch_calls.py 10 50 200
     python benchmarks/watch_calls.py --audit 10 50 200    # per audited step (leaky.audit held open)
@@ -67,7 +69,15 @@ def measure(depth: int, steps: int = 50) -> str:
     ours = leaky_calls(stats)
     return (f"depth {depth}: {stats.total_calls / steps:.0f} Python calls per unsampled step, "
             f"{sum(v[1] for v in ours) / steps:.0f} in leaky ({1e6 * sum(v[2] for v in ours) / steps:.0f} µs of "
-            "leaky's own time, under cProfile)")
+            f"leaky's own time, under cProfile), {calls_from_leaky(stats) / steps:.0f} calls from leaky into torch "
+            "and Python's builtins")
+
+
+def calls_from_leaky(stats: pstats.Stats) -> int:
+    """Calls of functions outside leaky (torch's ops, builtins) made by leaky's own functions."""
+    inside = f"{os.sep}leaky{os.sep}"
+    return sum(counts[0] for key, entry in stats.stats.items() if inside not in key[0]
+               for caller, counts in entry[4].items() if inside in caller[0])
 
 
 def measure_audit(depth: int, steps: int = 20) -> str:

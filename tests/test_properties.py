@@ -409,3 +409,41 @@ def test_saturation_folded_from_kept_outputs_equals_folding_each_call(seed, name
     settle_units([kept])
     assert torch.equal(kept.hist, each.hist) and torch.equal(kept.flat, each.flat)
     assert kept.hist.sum() == sum(15 * (1 + step % 2) * n for step, n in enumerate(calls)) and not kept.outputs
+
+
+_FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-6, torch.float16: 1e-4, torch.bfloat16: 1e-4}   # a float32 result
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from(_FLOATS),
+       st.lists(st.sampled_from([(1,), (7,), (64,), (64, 64), (3, 5, 7), (70000,), (300, 300), (0,)]),
+                min_size=1, max_size=12))
+def test_a_watchs_total_gradient_norm_equals_the_norm_of_all_values(seed, dtype, shapes):
+    """The every-step gradient norm (distributed.total_norm: the small gradients copied into one
+    buffer on the CPU, the large ones normed alone) is the 2-norm of all their values together,
+    as float32, in every float dtype, with or without small or large ones; None for a mix of dtypes."""
+    from leaky.record.distributed import total_norm
+
+    gen = torch.Generator().manual_seed(seed)
+    grads = [torch.randn(shape, generator=gen).to(dtype) * 10 ** (i % 3) for i, shape in enumerate(shapes)]
+    want = torch.linalg.vector_norm(torch.cat([g.double().reshape(-1) for g in grads]))
+    got = total_norm(grads)
+    assert got.dtype == torch.float32 and got.ndim == 0
+    assert math.isclose(float(got), float(want), rel_tol=_TOLERANCE[dtype], abs_tol=1e-30)
+    assert total_norm(grads + [torch.ones(3, dtype=torch.float64 if dtype != torch.float64 else torch.float32)]) is None
+
+
+def test_present_grads_skips_missing_and_meta_gradients_and_takes_a_sparse_ones_values():
+    from leaky.record.monitor import present_grads
+
+    dense, unset, sparse = (nn.Parameter(torch.randn(4, 3)) for _ in range(3))
+    meta = nn.Parameter(torch.empty(4, 3, device="meta"))
+    dense.grad = torch.randn(4, 3)
+    meta.grad = torch.empty(4, 3, device="meta")
+    sparse.grad = torch.sparse_coo_tensor([[0, 2]], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], (4, 3), check_invariants=True)
+    opt = torch.optim.SGD([{"params": [dense, unset]}, {"params": [meta, sparse]}], lr=0.1)
+    got = present_grads(opt)
+    assert len(got) == 2 and got[0] is dense.grad
+    assert torch.equal(got[1], sparse.grad.coalesce().values())
+    assert present_grads(torch.optim.SGD([dense], lr=0.1)) == [dense.grad]

@@ -39,6 +39,29 @@ def test_watch_is_bit_identical_and_leaves_nothing(tmp_path):
     assert no_leaky_left() == []
 
 
+def test_every_steps_gradient_norm_is_that_of_all_the_gradients(tmp_path):
+    """The watch's every-step series: on sampled and unsampled steps alike, the total gradient
+    norm is the 2-norm of every gradient the optimizer steps with (small ones copied into one
+    buffer, the large one normed alone, record/distributed.total_norm)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(300, 300), nn.Tanh(), nn.Linear(300, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    want = []
+    with leaky.watch(every=4, store=tmp_path / "runs.db") as run:
+        for step in range(30):
+            x = torch.randn(32, 300)
+            loss = F.cross_entropy(model(x), torch.randint(0, 4, (32,)))
+            opt.zero_grad()
+            loss.backward()
+            want.append(torch.linalg.vector_norm(torch.cat([p.grad.double().reshape(-1) for p in model.parameters()])))
+            opt.step()
+    rows = {row.step: row.grad_norm for row in run.recorder.builder.series}
+    sampled = set(run.recorder.builder.sample_steps)
+    assert len(rows) == 30 and 0 < len(sampled) < 30
+    for step, norm in enumerate(want):
+        assert rows[step] == pytest.approx(float(norm), rel=1e-5), step
+
+
 def _lr_jump_loop(steps=60, jump=30):
     """Healthy SGD training, then the learning rate jumps 1000x at `jump` (a schedule bug)."""
     from leaky.zoo._base import batches, data_generator, teacher_classification

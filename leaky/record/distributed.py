@@ -13,6 +13,8 @@ and writes.
 """
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 
 import torch
@@ -101,6 +103,43 @@ def materialise(pieces: list) -> list:
     return pieces
 
 
+# NOTE: a watch takes the norm of every gradient at every step. `_foreach_norm` is one
+# fused kernel on a GPU, but on the CPU it calls a norm per tensor, 5-10 µs each in place
+# whatever the size (402 gradients of a depth-200 MLP: 1.8-2.2 ms). The small ones are
+# copied into one buffer by one C++ call (flatten_dense_tensors, as DDP's buckets are) and
+# normed once: 0.8-1.4 ms for the same 402, and a copy of at most _FLAT_LIMIT elements.
+_FLAT_BELOW = 1 << 16    # elements: a gradient this small is copied, a larger one normed alone
+_FLAT_LIMIT = 1 << 22    # elements copied at most; past that, every gradient is normed alone
+_NUMEL = torch.Tensor.numel
+_TYPE = operator.attrgetter("dtype", "device")
+
+
+def total_norm(grads: list) -> torch.Tensor | None:
+    """The 2-norm of all the gradients, as float32, when none is sharded and all share one
+    dtype and device (the usual case); None otherwise (see sharded_squares). No Python runs
+    per gradient: the tests and the splits are C calls (map, compress)."""
+    if "DTensor" in {type(g).__name__ for g in grads}:
+        return None
+    kinds = set(map(_TYPE, grads))
+    if len(kinds) != 1:
+        return None
+    (dtype, device), = kinds
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else None   # their own would overflow
+    norms = None
+    if device.type == "cpu":
+        small = list(map(_FLAT_BELOW.__gt__, map(_NUMEL, grads)))
+        flat = list(itertools.compress(grads, small))
+        if len(flat) > 1 and sum(map(_NUMEL, flat)) <= _FLAT_LIMIT:
+            rest = list(itertools.compress(grads, map(operator.not_, small)))
+            norms = [torch.linalg.vector_norm(torch._C._nn.flatten_dense_tensors(flat), dtype=wide)]
+            if rest:
+                norms += torch._foreach_norm(rest, dtype=wide)
+    if norms is None:
+        norms = torch._foreach_norm(grads, dtype=wide)
+    total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+    return total if total.dtype == torch.float32 else total.float()
+
+
 def sharded_squares(grads: list) -> tuple:
     """(squared norm of the plain gradients, squared norm of this rank's shards or None)."""
     # NOTE: a type-name test inline, not is_dtensor per gradient: this runs at every step of a
@@ -135,4 +174,4 @@ def sum_across_ranks(values: list) -> list:
 
 
 __all__ = ["running", "rank", "is_main", "reduce_units", "gather_events", "is_dtensor", "local", "materialise",
-           "sharded_squares", "sum_across_ranks", "torch"]
+           "sharded_squares", "sum_across_ranks", "torch", "total_norm"]

@@ -52,7 +52,10 @@ class StepTracking:
             if self.observing:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
                     self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
-            self._probe_old_grads()
+                # NOTE: only on a sampled step, whose optimizer step reads them (_note_old_grads):
+                # a watch's unsampled step skips a pass over every parameter and, where the
+                # gradients were zeroed in place, a norm of all of them
+                self._probe_old_grads()
         if isinstance(tensor, Tensor) and tensor.grad_fn is not None and self.observing:
             sites, leaves = loss_path_sites(tensor.grad_fn, self._mark)
             for site in sites:
