@@ -88,7 +88,9 @@ def wrap_all(spent: dict, calls: collections.Counter, entry_points=ENTRY_POINTS)
         if class_name is not None:
             owner = getattr(owner, class_name)
         label = f"{class_name or module_name.rsplit('.', 1)[-1]}.{name}"
-        original = owner.__dict__[name] if class_name is not None else getattr(owner, name)
+        original = owner.__dict__.get(name) if class_name is not None else getattr(owner, name, None)
+        if original is None:
+            continue   # not in this tree (an older one, timed for a before/after)
 
         def timed(*args, _f=original, _label=label, **kwargs):
             start = clock()
@@ -196,8 +198,8 @@ def measure_watch(name: str, steps: int = 100) -> None:
         plain_gc += collected.pop("gc", 0.0)
     finally:
         gc.callbacks.remove(callback)
-        for owner, name, original in undo:
-            setattr(owner, name, original)
+        for owner, attribute, original in undo:
+            setattr(owner, attribute, original)
     own = sum(spent[label] for label in WATCH_TOP) / steps
     reference = min(plain)
     label = f"depth {name}" if name.isdigit() else name
