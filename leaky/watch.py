@@ -36,6 +36,12 @@ DEFAULT_EVERY = 100   # sampled steps: 1 in 100 keeps the cost near 1% (docs/per
 # spread over 10 steps. Statistics are still taken at every sampled step; a finding is
 # announced at the first pass after it appears (the last pass, at the end, misses nothing).
 CHECK_GAP = 10
+# NOTE: a pass reads the whole every-step series (the loss and norm checks walk it), so its
+# cost grows with the run: ~100 ms at 10,000 steps on this CPU. Passes are also spaced by
+# at least 1/CHECK_SPREAD of the steps so far, so that their cost per step stays flat over
+# a long run (at step 50,000 a pass every 5,000 steps), and a finding is announced at most
+# that many steps after it appears.
+CHECK_SPREAD = 10
 
 
 class FailFast(StopObserving):
@@ -123,8 +129,8 @@ class Watch(Audit):
             return   # not a sampled step
         self._folded = recorder.builder.steps
         step = recorder.step - 1
-        if self._checked_at is not None and step - self._checked_at < CHECK_GAP:
-            return   # the last check pass was less than CHECK_GAP steps ago
+        if self._checked_at is not None and step - self._checked_at < max(CHECK_GAP, step // CHECK_SPREAD):
+            return   # the last check pass was less than CHECK_GAP steps ago, or a tenth of the run
         self._checked_at = step
         recorder.flush_series()   # the checks read the loss series up to this step
         stats = build_stats(recorder)

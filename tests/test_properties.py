@@ -447,3 +447,39 @@ def test_present_grads_skips_missing_and_meta_gradients_and_takes_a_sparse_ones_
     assert len(got) == 2 and got[0] is dense.grad
     assert torch.equal(got[1], sparse.grad.coalesce().values())
     assert present_grads(torch.optim.SGD([dense], lr=0.1)) == [dense.grad]
+
+
+def _spike_by_sorting(rows, factor, min_history):
+    """LK104's spike rule written plainly: the median of the earlier finite norms, per step."""
+    import statistics
+    for index in range(min_history, len(rows)):
+        step, norm = rows[index]
+        history = [n for _, n in rows[:index] if math.isfinite(n)]
+        if len(history) < min_history or not math.isfinite(norm):
+            continue
+        median = statistics.median(history)
+        if median > 0 and norm > factor * median:
+            return step, norm, median
+    return None
+
+
+_NORMS = st.one_of(st.floats(0, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, math.inf, math.nan, 1e30]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_NORMS, max_size=60), st.sampled_from([2.0, 100.0]), st.integers(1, 5))
+def test_lk104_spike_median_from_two_heaps_equals_sorting(norms, factor, min_history):
+    """LK104's spike (exploding_gradient._spike) keeps the earlier steps' median in two heaps:
+    the step, the norm and the median it reports are those of sorting the history at each step."""
+    from leaky.checks import exploding_gradient
+    from leaky.config import AuditConfig
+    from leaky.stats import SeriesRow
+
+    rows = [(3 * i, n) for i, n in enumerate(norms)]
+    stats = type("Stats", (), {"series": [SeriesRow(step, 1.0, n, 0.1) for step, n in rows]})()
+    finding = exploding_gradient._spike(stats, AuditConfig(spike_factor=factor, spike_min_history=min_history))
+    want = _spike_by_sorting(rows, factor, min_history)
+    if want is None:
+        assert finding is None
+    else:
+        assert (finding.step, finding.evidence["grad_norm"], finding.evidence["median_before"]) == want

@@ -62,6 +62,37 @@ def test_every_steps_gradient_norm_is_that_of_all_the_gradients(tmp_path):
         assert rows[step] == pytest.approx(float(norm), rel=1e-5), step
 
 
+def test_check_passes_are_spaced_by_a_tenth_of_the_run(tmp_path, monkeypatch):
+    """A check pass reads the whole series, so a long watch spaces its passes by at least a
+    tenth of the steps so far (watch.CHECK_SPREAD): their number grows with the log of the run,
+    not with its length; a spike late in the run is still reported."""
+    import importlib
+    watch_module = importlib.import_module("leaky.watch")
+    passes = []
+    original = watch_module.run_all
+
+    def counted(stats, config):
+        passes.append(stats.series[-1].step if stats.series else None)
+        return original(stats, config)
+
+    monkeypatch.setattr(watch_module, "run_all", counted)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 8)
+    with leaky.watch(every=10, store=tmp_path / "runs.db") as run:
+        for step in range(3000):
+            loss = model(x).pow(2).mean() * (1e5 if step == 2900 else 1.0)   # one spike, late
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    during = [s for s in passes[:-1] if s is not None]
+    assert 20 < len(during) < 80   # every 10th step would be 300 passes
+    assert all(b - a >= max(watch_module.CHECK_GAP, b // watch_module.CHECK_SPREAD) - 10 for a, b in zip(during, during[1:]))
+    spikes = [f for f in run.findings if f.code == "LK104" and f.step == 2900]
+    assert spikes, [f.code for f in run.findings]
+
+
 def _lr_jump_loop(steps=60, jump=30):
     """Healthy SGD training, then the learning rate jumps 1000x at `jump` (a schedule bug)."""
     from leaky.zoo._base import batches, data_generator, teacher_classification
