@@ -22,6 +22,7 @@ the top-level ones (not inside another) sum to leaky's own time per step, set ag
 plain step's time taken in blocks before and after the watch in the same process.
 """
 import collections
+import contextlib
 import functools
 import gc
 import importlib
@@ -116,29 +117,34 @@ def gc_timer(spent: dict):
     return callback
 
 
+@contextlib.contextmanager
+def instrumented(entry_points=ENTRY_POINTS):
+    """(seconds, calls) per entry point and the GC's seconds ("gc"), while the entry points
+    are wrapped and the GC timed; everything is put back on exit."""
+    spent, calls, collected = collections.defaultdict(float), collections.Counter(), collections.defaultdict(float)
+    callback = gc_timer(collected)
+    gc.callbacks.append(callback)
+    undo = wrap_all(spent, calls, entry_points)
+    try:
+        yield spent, calls, collected
+    finally:
+        gc.callbacks.remove(callback)
+        for owner, attribute, original in undo:
+            setattr(owner, attribute, original)
+
+
 def measure(depth: int, steps: int = 40) -> None:
     loop = training_loop(depth)
     loop(3)
-    collected = collections.defaultdict(float)
-    callback = gc_timer(collected)
-    gc.callbacks.append(callback)
-    try:
-        loop(steps)
+    with instrumented() as (spent, calls, collected):
+        loop(steps)   # plain: the wrapped entry points are leaky's, not called here
         plain_gc = collected.pop("gc", 0.0)
-        spent, calls = collections.defaultdict(float), collections.Counter()
-        undo = wrap_all(spent, calls)
-        try:
-            with leaky.audit(steps=None):
-                loop(5)
-                spent.clear(), calls.clear(), collected.clear()
-                start = time.perf_counter()
-                loop(steps)
-                total = time.perf_counter() - start
-        finally:
-            for owner, name, original in undo:
-                setattr(owner, name, original)
-    finally:
-        gc.callbacks.remove(callback)
+        with leaky.audit(steps=None):
+            loop(5)
+            spent.clear(), calls.clear(), collected.clear()
+            start = time.perf_counter()
+            loop(steps)
+            total = time.perf_counter() - start
     print(f"depth {depth}: {1e3 * total / steps:.1f} ms per audited step (wrapped); garbage collection "
           f"{1e3 * collected.get('gc', 0.0) / steps:.2f} ms a step audited, {1e3 * plain_gc / steps:.2f} plain")
     print("| entry point | calls per step | µs per call | ms per step |")
@@ -178,12 +184,7 @@ def measure_watch(name: str, steps: int = 100) -> None:
     import tempfile
     loop = workload_loop(name)
     loop(3)
-    collected = collections.defaultdict(float)
-    callback = gc_timer(collected)
-    gc.callbacks.append(callback)
-    spent, calls = collections.defaultdict(float), collections.Counter()
-    undo = wrap_all(spent, calls, WATCH_ENTRY_POINTS)
-    try:
+    with instrumented(WATCH_ENTRY_POINTS) as (spent, calls, collected):
         plain = timed_steps(loop, 5, steps // 5)
         plain_gc = collected.pop("gc", 0.0)
         with tempfile.TemporaryDirectory() as folder:
@@ -196,10 +197,6 @@ def measure_watch(name: str, steps: int = 100) -> None:
                 sampled = run.recorder.steps_done - sampled_before
         plain += timed_steps(loop, 5, steps // 5)
         plain_gc += collected.pop("gc", 0.0)
-    finally:
-        gc.callbacks.remove(callback)
-        for owner, attribute, original in undo:
-            setattr(owner, attribute, original)
     own = sum(spent[label] for label in WATCH_TOP) / steps
     reference = min(plain)
     label = f"depth {name}" if name.isdigit() else name
