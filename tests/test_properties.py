@@ -375,6 +375,67 @@ def test_fire_counts_folded_at_the_step_end_equal_counting_each_call():
     assert b.active.tolist() == want_active and b.last_active.tolist() == [1, -1, 2]
 
 
+@_settings(60)
+@given(st.integers(0, 2**31 - 1),
+       st.lists(st.tuples(st.sampled_from([(4, 3), (2, 5, 3), (3,), (2, 3, 4, 4)]), st.sampled_from(["relu", "threshold"]),
+                          st.sampled_from([torch.float32, torch.bfloat16, torch.float64])), min_size=1, max_size=4),
+       st.lists(st.lists(st.integers(0, 20), min_size=4, max_size=4), min_size=1, max_size=3),
+       st.booleans())
+@example(0, [((4, 3), "relu", torch.float32)] * 2, [[17, 1, 0, 0], [16, 0, 0, 0]], True)   # PENDING_LIMIT calls of a site
+def test_fire_counts_of_held_outputs_equal_counting_each_call(seed, sites, steps, midway):
+    """Small ReLU outputs are kept and their fire counts taken stacked across sites
+    (count_held, at a backward's start or the step's end): each site's totals, last step
+    fired and counted samples equal counting every call on its own (count_positive), with
+    NaN, inf and -0.0 in the outputs, past PENDING_LIMIT calls, across steps, shapes, unit
+    dims and dtypes; an output written in place after its call is left out of both its
+    counts and its counted samples."""
+    from leaky import ops
+    from leaky.record.activations import HOLD_BELOW, UnitStats, count_held, count_positive, settle_units
+    from leaky.record.reduce import other_dims
+
+    gen = torch.Generator().manual_seed(seed)
+    specials = torch.tensor([0.0, -0.0, math.nan, math.inf, -math.inf, 1e-30])
+    detail = {"flat_share": 0.01, "peaked_row": 0.99}
+    unit_dims = [1 if len(shape) >= 3 and i % 2 else len(shape) - 1 for i, (shape, _, _) in enumerate(sites)]
+    all_stats = [UnitStats(ops.activation(name), shape[dim], dim, dict(detail))
+                 for (shape, name, _), dim in zip(sites, unit_dims)]
+    want = [torch.zeros(shape[dim], dtype=torch.float64) for (shape, _, _), dim in zip(sites, unit_dims)]
+    last = [torch.full((shape[dim],), -1.0, dtype=torch.float64) for (shape, _, _), dim in zip(sites, unit_dims)]
+    counted = [0] * len(sites)
+    written_once = False
+    for step, calls in enumerate(steps):
+        for i, ((shape, name, dtype), dim, stats) in enumerate(zip(sites, unit_dims, all_stats)):
+            fn = torch.relu if name == "relu" else (lambda t: torch.threshold(t, 0.0, -1.0))
+            for call in range(calls[i % len(calls)]):
+                x = torch.randn(shape, generator=gen)
+                x = torch.where(torch.rand(shape, generator=gen) < 0.3,
+                                specials[torch.randint(0, len(specials), shape, generator=gen)], x)
+                out = fn(x).to(dtype)
+                assert out.numel() < HOLD_BELOW
+                stats.update(out, step)
+                if not written_once and call == 1:
+                    out.mul_(-1.0)   # after its call: its values are gone, it is left out
+                    written_once = True
+                    continue
+                fired = count_positive(out, other_dims(out.ndim, dim), out.numel() // shape[dim],
+                                       nonnegative=name == "relu").double()
+                want[i] += fired
+                last[i] = torch.where(fired > 0, float(step), last[i])
+                counted[i] += out.numel() // shape[dim]
+            if midway and i == 0:
+                count_held(all_stats)   # a backward starts between two sites' calls
+        if step % 2 == 0:
+            settle_units(all_stats)   # an odd step is left unsettled until the next step's calls
+    settle_units(all_stats)
+    for i, stats in enumerate(all_stats):
+        assert stats.counted == counted[i] and not stats.held
+        if stats.active is None:
+            assert not want[i].any()
+            continue
+        assert torch.equal(stats.active, want[i]), (i, stats.active, want[i])
+        assert torch.equal(stats.last_active, last[i]), (i, stats.last_active, last[i])
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(["tanh", "sigmoid"]), st.lists(st.integers(1, 24), min_size=1,
                                                                                   max_size=3))

@@ -35,6 +35,14 @@ PENDING_LIMIT = 16   # a site's per-call fire counts (or outputs, SHARES_HELD) k
 # calls per site a step, not per time step. Autograd saves these outputs for the backward
 # anyway, so keeping them costs memory only between the backward and the step's end.
 SHARES_HELD = 1 << 22
+# NOTE: a ReLU's fire counts (a sign and a sum) cost two tensor calls per call, 30-40 µs in
+# place on a small output, where the arithmetic is nothing. An output below HOLD_BELOW
+# elements is kept instead (autograd saves a ReLU's output for its backward anyway) and
+# counted when the backward starts or the step ends, stacked with every other kept output of
+# the same shape, of any site (count_held): a few calls for a deep MLP's fifty ReLUs, the same
+# whole-number counts. Larger outputs are counted at the call, where stacking would only add
+# a copy.
+HOLD_BELOW = 1 << 16
 
 
 def unit_dim(out: Tensor, producer: str | None) -> int:
@@ -73,6 +81,8 @@ class UnitStats:
     pending_step: int = -1
     outputs: list = field(default_factory=list)   # this step's outputs (and versions) whose shares are not yet folded
     outputs_step: int = -1
+    held: list = field(default_factory=list)      # this step's small outputs (and versions) not yet counted (count_held)
+    held_step: int = -1
 
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
@@ -93,7 +103,9 @@ class UnitStats:
         if count:
             self.counted += per_unit
         if self.activation.can_die or self.detail.get("low") == 0.0:
-            if count:
+            if count and x.numel() < HOLD_BELOW and not self.activation.bounded:
+                self._hold(x, step)
+            elif count:
                 self._pend(positive_counts(x, dims, per_unit, nonnegative=self.activation.nonnegative), step)
             else:
                 any_fired = amax_over(x, dims) > 0   # a NaN in the unit: not fired (a non-finite step)
@@ -139,6 +151,13 @@ class UnitStats:
             x = outputs[0] if len(outputs) == 1 else torch.stack(outputs)
             dims = other_dims(x.ndim, self.unit_dim + x.ndim - outputs[0].ndim)
             self._count_flat(self._share_margin(x), dims, x.numel() // max(self.units, 1))
+
+    def _hold(self, x: Tensor, step: int) -> None:
+        """Keep one call's output until its fire counts are taken with others (count_held)."""
+        if self.held and (self.held_step != step or len(self.held) >= PENDING_LIMIT):
+            count_held([self])
+        self.held_step = step
+        self.held.append((x, x._version))
 
     def _start(self, like: Tensor, counted: bool = False) -> None:
         """The per-unit accumulators, float64, made at the first call that needs them."""
@@ -207,6 +226,8 @@ def settle_units(all_stats) -> None:
     whole numbers >= 0, never NaN (positive_counts), summed in float64 (exact to 2**53
     unit-samples); the last step fired is max(last, sign(count) * (step + 1) - 1), which
     is `step` where a unit fired and leaves `last` (>= -1) where it did not."""
+    all_stats = list(all_stats)
+    count_held(all_stats)
     stats_now, counts = [], []
     for stats in all_stats:
         if stats.outputs:
@@ -229,6 +250,40 @@ def settle_units(all_stats) -> None:
             torch._foreach_mul_(fired, [float(s.pending_step + 1) for s in stats_now])
         torch._foreach_sub_(fired, 1.0)
         torch._foreach_maximum_([s.last_active for s in stats_now], fired)
+
+
+def count_held(all_stats) -> None:
+    """Take the fire counts of every kept output (UnitStats._hold) and pend them, each its
+    site's own: outputs of one shape, dtype, device and unit dim are stacked, of any site, at
+    most SHARES_HELD elements at a time, and counted in one positive_counts (whole numbers,
+    so the same counts as one call at a time, unit for unit).
+
+    NOTE: an output written in place since its call has lost its values: it is left out,
+    and its unit-samples are taken back out of the counted ones, so the site's fire rates
+    stay counts over the samples counted (a ReLU's backward reads its output: such a write
+    also breaks the user's backward)."""
+    with torch._C.DisableTorchFunction(), torch.no_grad():   # a tensor attribute read, too, enters a mode
+        groups: dict = {}
+        for stats in all_stats:
+            if not stats.held:
+                continue
+            held, stats.held = stats.held, []
+            for x, version in held:
+                if x._version != version:
+                    stats.counted -= x.numel() // max(stats.units, 1)
+                    continue
+                key = (x.shape, x.dtype, x.device, stats.unit_dim, stats.activation.nonnegative)
+                groups.setdefault(key, []).append((stats, x))
+        for (shape, _, _, unit, nonnegative), items in groups.items():
+            numel = items[0][1].numel()
+            per_unit = numel // max(items[0][0].units, 1)
+            dims = [d + 1 for d in other_dims(len(shape), unit)]
+            size = max(1, SHARES_HELD // max(numel, 1))
+            for start in range(0, len(items), size):
+                chunk = items[start:start + size]
+                counts = positive_counts(torch.stack([x for _, x in chunk]), dims, per_unit, nonnegative)
+                for (stats, _), row in zip(chunk, counts.unbind(0)):
+                    stats._pend(row, stats.held_step)
 
 
 def _summed(counts: list[Tensor]) -> Tensor:
@@ -301,4 +356,4 @@ def median_from_hist(hist) -> float | None:
     return 10.0 ** (HIST_LOW + (index + 0.5) * width)
 
 
-__all__ = ["RATE_GAP", "UnitStats", "settle_units", "count_positive", "positive_counts", "jacobian_share", "median_from_hist", "unit_dim"]
+__all__ = ["RATE_GAP", "UnitStats", "count_held", "settle_units", "count_positive", "positive_counts", "jacobian_share", "median_from_hist", "unit_dim"]

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from leaky import ops
 from leaky.record import distributed
-from leaky.record.activations import settle_units
+from leaky.record.activations import count_held, settle_units
 from leaky.record.loss_path import loss_path_sites
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
@@ -56,6 +56,8 @@ class StepTracking:
                 # a watch's unsampled step skips a pass over every parameter and, where the
                 # gradients were zeroed in place, a norm of all of them
                 self._probe_old_grads()
+        if self.observing:
+            count_held(self.units.values())   # while autograd still holds them (the backward frees them)
         if isinstance(tensor, Tensor) and tensor.grad_fn is not None and self.observing:
             sites, leaves = loss_path_sites(tensor.grad_fn, self._mark)
             for site in sites:
