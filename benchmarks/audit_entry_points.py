@@ -1,6 +1,7 @@
 """Time spent in each of the audit recorder's entry points, per call and per step, in place.
 
     python benchmarks/audit_entry_points.py 50        # watch_calls.py's width-64 MLP, depth 50
+    python benchmarks/audit_entry_points.py mingpt    # a model of overhead.py (benchmark or stand-in)
 
 cProfile charges every Python call, which inflates a recorder that makes many small ones;
 a microbenchmark of one function runs it hot in the caches, which a training step does not.
@@ -133,8 +134,8 @@ def instrumented(entry_points=ENTRY_POINTS):
             setattr(owner, attribute, original)
 
 
-def measure(depth: int, steps: int = 40) -> None:
-    loop = training_loop(depth)
+def measure(name: str, steps: int = 40) -> None:
+    loop = workload_loop(name)
     loop(3)
     with instrumented() as (spent, calls, collected):
         loop(steps)   # plain: the wrapped entry points are leaky's, not called here
@@ -145,7 +146,8 @@ def measure(depth: int, steps: int = 40) -> None:
             start = time.perf_counter()
             loop(steps)
             total = time.perf_counter() - start
-    print(f"depth {depth}: {1e3 * total / steps:.1f} ms per audited step (wrapped); garbage collection "
+    label = f"depth {name}" if name.isdigit() else name
+    print(f"{label}: {1e3 * total / steps:.1f} ms per audited step (wrapped); garbage collection "
           f"{1e3 * collected.get('gc', 0.0) / steps:.2f} ms a step audited, {1e3 * plain_gc / steps:.2f} plain")
     print("| entry point | calls per step | µs per call | ms per step |")
     print("|---|---:|---:|---:|")
@@ -220,4 +222,4 @@ if __name__ == "__main__":
         if watch:
             measure_watch(arg)
         else:
-            measure(int(arg))
+            measure(arg)

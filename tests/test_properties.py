@@ -375,6 +375,28 @@ def test_fire_counts_folded_at_the_step_end_equal_counting_each_call():
     assert b.active.tolist() == want_active and b.last_active.tolist() == [1, -1, 2]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(0, 5000), st.sampled_from(["tanh", "sigmoid"]), st.floats(0.0, 30.0))
+def test_log_histogram_equals_histc(seed, n, name, scale):
+    """activations.log_histogram bins the logs of local-derivative shares as torch.histc does,
+    bin for bin: random shares (saturated ones included, some exactly 0, NaN among them) and
+    every bin edge, with the float32 values on either side of it."""
+    from leaky import ops
+    from leaky.record.activations import HIST_BINS, HIST_LOW, log_histogram
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen) * scale
+    x[torch.rand(n, generator=gen) < 0.05] = math.nan
+    share = ops.activation(name).derivative_share(torch.tanh(x) if name == "tanh" else torch.sigmoid(x))
+    edges = torch.linspace(HIST_LOW, 0.0, HIST_BINS + 1)
+    near = torch.cat([edges, torch.nextafter(edges, edges - 1), torch.nextafter(edges, edges + 1)])
+    shares = torch.cat([share, 10.0 ** near, torch.tensor([0.0, 1.0, 1e-30, 10.0 ** HIST_LOW])])
+    for logs in (torch.log10(shares.clamp_min(10.0 ** HIST_LOW)), near.clamp(HIST_LOW, 0.0)):
+        want = torch.histc(logs, bins=HIST_BINS, min=HIST_LOW, max=0.0)
+        got = log_histogram(logs)
+        assert got.dtype == want.dtype and torch.equal(got, want), (got - want).nonzero()
+
+
 @_settings(60)
 @given(st.integers(0, 2**31 - 1),
        st.lists(st.tuples(st.sampled_from([(4, 3), (2, 5, 3), (3,), (2, 3, 4, 4)]), st.sampled_from(["relu", "threshold"]),
