@@ -56,7 +56,9 @@ ENTRY_POINTS = [
     ("leaky.record.activations", None, "positive_counts"),
     ("leaky.record.monitor", "UpdateProbe", "before_step"),
     ("leaky.record.monitor", "UpdateProbe", "after_step"),
+    ("leaky.record.steps", "StepTracking", "_note_backward"),   # holds count_held: the kept ReLU outputs' fire counts
     ("leaky.record.steps", "StepTracking", "_flush"),
+    ("leaky.record.activations", "UnitStats", "fold_outputs"),   # a sigmoid's or tanh's kept outputs: histogram, flat counts
     ("leaky.record.step_record", "StepBuffer", "flush"),
     ("leaky.derive.accumulate", "StepFolder", "add_step"),
 ]

@@ -83,7 +83,7 @@ def test_a_default_audit_run_block_and_the_phase_split_run_and_report(capsys):
     assert audit_phases.main(["--steps", "2", "2"]) == 0
     out = capsys.readouterr().out
     assert all(f"| 2 | {phase} |" in out for phase in (*audit_phases.PHASES, "whole step"))
-    audit_entry_points.measure(2, steps=2)   # every entry point is found, timed and put back
+    audit_entry_points.measure("2", steps=2)   # every entry point is found, timed and put back
     out = capsys.readouterr().out
     assert "| Recorder.on_op | 6 |" in out and "| GradientRecorder._record |" in out
     from leaky.record.recorder import Recorder
