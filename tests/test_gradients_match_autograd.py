@@ -259,3 +259,47 @@ def test_parameter_gradient_norms_follow_what_dot_grad_holds(after_backward):
     assert got.keys() == expected.keys()
     for name in expected:
         assert math.isclose(got[name], expected[name], rel_tol=1e-5), (name, got[name], expected[name])
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_nonzero_counts_along_a_chain_of_zeroing_ops_equal_autograd(skip, monkeypatch):
+    """A ReLU, a clamp and a mask in a row: each sends its gradient straight to the next
+    counted node, whose arriving count reuses the one taken when it was sent (each such
+    gradient counted once). Every op's arriving count and zeroed share equal those of the
+    gradients autograd computes; with `skip`, the clamp's output is also used a second time,
+    so the gradient arriving at the clamp is a sum, not what the mask sent, and is counted
+    anew."""
+    from leaky.record import gradients
+
+    torch.manual_seed(1)
+    fc1, fc2 = nn.Linear(6, 9), nn.Linear(9, 3)
+    x = torch.randn(40, 6)
+    mask = torch.rand(40, 9) < 0.3
+
+    def forward():
+        h = fc1(x)
+        a = torch.relu(h)
+        c = torch.clamp(a, 0.1, 0.6)
+        m = c.masked_fill(mask, 0.0)
+        out = fc2(m + 0.5 * c if skip else m)
+        return out.pow(2).sum(), (h, a, c, m)
+
+    loss, tensors = forward()
+    g_h, g_a, g_c, g_m = torch.autograd.grad(loss, list(tensors))
+    calls = []
+    real = gradients._count_nonzero
+    monkeypatch.setattr(gradients, "_count_nonzero", lambda g: calls.append(1) or real(g))
+    with leaky.audit() as audit:
+        forward()[0].backward()
+    ops = {o.op: o for o in audit.stats.ops if o.op in ("relu", "clamp", "masked_fill")}
+    for op, arriving, leaving in (("masked_fill", g_m, g_c if not skip else None), ("clamp", g_c, g_a),
+                                  ("relu", g_a, g_h)):
+        nonzero = (arriving != 0).sum().item()
+        assert ops[op].nonzero_in == nonzero, op
+        if leaving is not None:
+            zeroed = ((arriving != 0) & (leaving == 0)).sum().item()
+            assert math.isclose(ops[op].zeroed_share, zeroed / nonzero, rel_tol=1e-9), op
+    # two counts a counted node, less one for each gradient sent unchanged to the next: the
+    # chain's 3 nodes count 4 times; with the skip, the mul by 0.5 is counted too, and the
+    # clamp's arriving sum is counted anew (8 - 1)
+    assert len(calls) == (7 if skip else 4)

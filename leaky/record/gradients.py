@@ -126,6 +126,10 @@ class GradientRecorder:
         # id(gradient) -> (weak reference, version, norm): the norm of a gradient one node
         # sent toward the activations, reused when it arrives, unchanged, at the next node.
         self._sent: dict[int, tuple] = {}
+        # id(gradient) -> (weak reference, version, nonzero count): the count of a gradient one
+        # counted node sent, reused when it arrives, unchanged, at the next counted node (a
+        # dropout feeding a softmax feeding a mask: each gradient between them counted once)
+        self._counted: dict[int, tuple] = {}
         # NOTE: a weight's gradient is sent as its transpose and stored by AccumulateGrad as
         # a fresh contiguous copy: not the tensor normed. If the parameter had no .grad and
         # got a single gradient in this backward, its new .grad holds exactly those values:
@@ -200,6 +204,7 @@ class GradientRecorder:
         self.handles.clear()
         self._zero_fed.clear()
         self._sent.clear()
+        self._counted.clear()
         self._fresh.clear()
         self._distributed = None
 
@@ -285,6 +290,22 @@ class GradientRecorder:
             at += 1
         return norms
 
+    def _arriving_count(self, grad: Tensor) -> Tensor:
+        """The nonzero count of a gradient arriving: the one taken when a counted node sent
+        this very tensor, at this version (see _norms), else a new one."""
+        entry = self._counted.get(id(grad))
+        if entry is not None and entry[0]() is grad and entry[1] == grad._version:
+            return entry[2]
+        return _count_nonzero(grad)
+
+    def _sent_count(self, grad: Tensor) -> Tensor:
+        count = _count_nonzero(grad)
+        try:
+            self._counted[id(grad)] = (weakref.ref(grad), grad._version, count)
+        except TypeError:   # a tensor subclass without weak references
+            pass
+        return count
+
     def _record(self, site, seq, kinds, zeroing, moves, grad_inputs, grad_outputs) -> None:
         arriving = [_dense(g) if g.is_sparse else g for g in grad_outputs if g is not None]
         if not arriving or arriving[0].is_meta:
@@ -304,11 +325,11 @@ class GradientRecorder:
                    else [])
         counted = bool(matched)
         if counted:
-            values.append(_count_nonzero(arriving[0]))
+            values.append(self._arriving_count(arriving[0]))
             if len(matched) == 1:
-                values.append(_count_nonzero(matched[0]))
+                values.append(self._sent_count(matched[0]))
             else:
-                values.append(torch.stack([_count_nonzero(g) for g in matched]).max())
+                values.append(torch.stack([self._sent_count(g) for g in matched]).max())
         half = not zeroing and arriving[0].dtype in _SMALL_RANGE and seq not in self._zero_fed
         if half:
             # NOTE: a dense gradient (not from a ReLU, a mask, a clamp...) has no exact zeros
