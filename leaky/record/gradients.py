@@ -107,6 +107,16 @@ def _param_at(node, depth: int = 3):
     return _param_at(inputs[0], depth - 1) if len(inputs) == 1 else None
 
 
+def _unchanged(taken: dict, grad: Tensor):
+    """What `taken` (id -> (weak reference, version, value)) holds for this very tensor at its
+    present version, else None: autograd may add into a gradient in place (a tensor used
+    twice), which bumps its version, and a freed tensor's id may be reused."""
+    entry = taken.get(id(grad))
+    if entry is not None and entry[0]() is grad and entry[1] == grad._version:
+        return entry[2]
+    return None
+
+
 # NOTE: underflow is judged against float32. float16's smallest normal is 2**-14 (6.1e-5)
 # and it flushes below 2**-24, where float32 holds values down to 1e-38 (and 1e-45
 # subnormal). bfloat16 has float32's exponent range: a bfloat16 gradient is 0 or subnormal
@@ -255,10 +265,7 @@ class GradientRecorder:
     def known_norm(self, grad: Tensor) -> Tensor | None:
         """The norm already taken of this very gradient, unchanged, in this step's backward:
         a parameter's .grad is, after a single use, the tensor its node sent."""
-        entry = self._sent.get(id(grad))
-        if entry is not None and entry[0]() is grad and entry[1] == grad._version:
-            return entry[2]
-        return None
+        return _unchanged(self._sent, grad)
 
     def _norms(self, arriving: list[Tensor], acts: list[Tensor], params: list[Tensor],
                moves: bool = False) -> list[Tensor]:
@@ -293,10 +300,8 @@ class GradientRecorder:
     def _arriving_count(self, grad: Tensor) -> Tensor:
         """The nonzero count of a gradient arriving: the one taken when a counted node sent
         this very tensor, at this version (see _norms), else a new one."""
-        entry = self._counted.get(id(grad))
-        if entry is not None and entry[0]() is grad and entry[1] == grad._version:
-            return entry[2]
-        return _count_nonzero(grad)
+        count = _unchanged(self._counted, grad)
+        return count if count is not None else _count_nonzero(grad)
 
     def _sent_count(self, grad: Tensor) -> Tensor:
         count = _count_nonzero(grad)
