@@ -213,3 +213,27 @@ def test_an_audited_step_makes_one_device_to_host_copy(monkeypatch):
             monkeypatch.setattr(torch.Tensor, "cpu", original)
             per_step.append(len(copies))
     assert per_step[1:] == [1] * 5, per_step
+
+
+@pytest.mark.parametrize("clear", ["optimizer", "module"])
+def test_ops_after_a_zero_grad_inside_the_step_are_still_observed(clear):
+    """zero_grad() runs with leaky's mode off (its `p.grad` reads and writes are not the
+    model's ops); the ops after it, here the loss and the layers of a second forward, are
+    still recorded, and the zero_grad itself still counted."""
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    with leaky.audit() as audit:
+        for _ in range(3):
+            hidden = model.act1(model.fc1(x))
+            (opt if clear == "optimizer" else model).zero_grad()
+            loss = torch.nn.functional.cross_entropy(model.fc3(model.act2(model.fc2(hidden))), y)
+            loss.backward()
+            opt.step()
+    ops = {site.op for site in audit.recorder.sites.sites}
+    assert {"linear", "relu", "tanh", "cross_entropy"} <= ops, ops
+    assert audit.report.run["steps"] == 3
+    assert audit.recorder.origins.zero_grads
+    assert torch._C._len_torch_function_stack() == 0
+    assert not no_leaky_left()

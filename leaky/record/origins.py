@@ -92,10 +92,13 @@ class OriginWatch:
     bookkeeping so that its failure never reaches the user's code."""
 
     def __init__(self, locator: SourceLocator, guard: Callable[..., None],
-                 on_zero_grad: Callable[[tuple], None] | None = None) -> None:
+                 on_zero_grad: Callable[[tuple], None] | None = None, quiet: Callable | None = None) -> None:
+        """`quiet()`: a context in which a `zero_grad()` runs unobserved (its ~2 attribute
+        calls per parameter, `p.grad` and `p.grad = None`, are not the model's ops)."""
         self.locator = locator
         self.guard = guard
         self.on_zero_grad = on_zero_grad
+        self.quiet = quiet
         self.optimizers: dict[int, tuple[Any, OptimizerOrigin]] = {}
         self.schedulers: list[SchedulerOrigin] = []
         self.casts: dict[tuple, CastOrigin] = {}
@@ -121,10 +124,14 @@ class OriginWatch:
         self._handles.append(module_globals.register_module_parameter_registration_hook(
             outside_graphs(self._param_created)))
 
-        def after(note):
+        def after(note, quiet=None):
             def make(original):
                 def wrapper(obj, *args, **kwargs):
-                    out = original(obj, *args, **kwargs)
+                    if quiet is None:
+                        out = original(obj, *args, **kwargs)
+                    else:
+                        with quiet():
+                            out = original(obj, *args, **kwargs)
                     watch.guard(note, obj)
                     return out
                 wrapper.__wrapped__ = original
@@ -134,8 +141,8 @@ class OriginWatch:
 
         patch = self._patches.append
         patch(_Patch(torch.optim.Optimizer, "__init__", after(self._optimizer_built)))
-        patch(_Patch(torch.optim.Optimizer, "zero_grad", after(self._zero_grad)))
-        patch(_Patch(nn.Module, "zero_grad", after(self._zero_grad)))
+        patch(_Patch(torch.optim.Optimizer, "zero_grad", after(self._zero_grad, self.quiet)))
+        patch(_Patch(nn.Module, "zero_grad", after(self._zero_grad, self.quiet)))
         patch(_Patch(nn.Module, "__init__", after(self._module_built)))
         patch(_Patch(lr_scheduler.LRScheduler, "__init__", after(self._scheduler_built)))
         if "__init__" in lr_scheduler.ReduceLROnPlateau.__dict__:   # does not call LRScheduler.__init__

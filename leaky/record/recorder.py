@@ -83,7 +83,7 @@ class Recorder(StepTracking):
         self.modules = ModuleTracker()
         self.sites = SiteTable()
         self.locator = SourceLocator()
-        self.origins = OriginWatch(self.locator, outside_graphs(self.guarded), self._note_zero_grad)
+        self.origins = OriginWatch(self.locator, outside_graphs(self.guarded), self._note_zero_grad, self._mode_paused)
         self.buffer = StepBuffer()
         self.grads = GradientRecorder(self.buffer, self.fail, self._count_rates)
         self.error: str | None = None       # leaky's own failure, if one happened

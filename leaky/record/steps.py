@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -213,12 +214,26 @@ class StepTracking:
         self.buffer.values.extend(updates)
         self.buffer.values.extend(weights)
 
-    def _suspend_mode(self) -> None:
-        """Leave the optimizer's many small ops alone: pop our mode if it is on top."""
+    def _suspend_mode(self) -> bool:
+        """Leave the optimizer's many small ops alone: pop our mode if it is on top (True
+        if it was)."""
         stack = torch._C._len_torch_function_stack()
         if self._mode_on and stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
             self._mode.__exit__(None, None, None)
             self._mode_on = False
+            return True
+        return False
+
+    @contextmanager
+    def _mode_paused(self):
+        """Our mode off for a while (a `zero_grad()`: two attribute calls per parameter),
+        back on after it if it was on."""
+        popped = self._suspend_mode()
+        try:
+            yield
+        finally:
+            if popped:
+                self._resume_mode()
 
     def _resume_mode(self) -> None:
         if not self._mode_on:
