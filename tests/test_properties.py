@@ -566,3 +566,61 @@ def test_lk104_spike_median_from_two_heaps_equals_sorting(norms, factor, min_his
         assert finding is None
     else:
         assert (finding.step, finding.evidence["grad_norm"], finding.evidence["median_before"]) == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 2), st.integers(0, 2), st.integers(0, 2), st.booleans(),
+                          st.booleans(), st.integers(1, 10**6), st.floats(1e-30, 1e30)),
+                min_size=0, max_size=40),
+       st.randoms(use_true_random=False))
+def test_per_site_sums_equal_adding_each_hook_call(calls, rng):
+    """StepFolder._per_site combines a step's hook calls per site in numpy, all records at
+    once: the same sums to the last bit, flags, counts and sorted profile as adding the
+    calls one at a time in their order (the loop it replaced), for sites called many times
+    and once, counted and low-precision records among them."""
+    import numpy as np
+    from leaky.derive.accumulate import StepFolder
+    from leaky.record.step_record import HostStep, NodeRecord
+
+    records, values = [], []
+    for site, n_in, n_act, n_param, counted, half, numel, scale in calls:
+        offset = len(values)
+        values += [rng.uniform(0, scale) for _ in range(n_in + n_act + n_param)]
+        if counted:
+            values += [float(rng.randint(0, numel)), float(rng.randint(0, numel))]
+        if half:
+            values += [float(rng.randint(0, numel)), float(rng.randint(0, numel))]
+        records.append(NodeRecord(site, rng.randint(0, 10**6), offset, n_in, n_act, n_param, counted, numel, half))
+    host = HostStep(np.array(values, dtype=np.float64), records, [], np.zeros(0), {}, [])
+    got = StepFolder(None)._per_site(host)
+
+    want: dict = {}
+    for rec in records:
+        v = host.values
+        at = rec.offset
+        sq = [sum(x * x for x in v[at:at + rec.n_in]), sum(x * x for x in v[at + rec.n_in:at + rec.n_in + rec.n_act]),
+              sum(x * x for x in v[at + rec.n_in + rec.n_act:at + rec.n_in + rec.n_act + rec.n_param])]
+        w = want.setdefault(rec.site, dict(sq=[0.0, 0.0, 0.0], occ=0, acts=False, params=False, profile=[],
+                                           nonzero=0.0, zeroed=0.0, counted=False, hz=0.0, hs=0.0, hn=0))
+        w["sq"] = [a + b for a, b in zip(w["sq"], sq)]
+        w["occ"] += 1
+        w["acts"] |= rec.n_act > 0
+        w["params"] |= rec.n_param > 0
+        w["profile"].append((rec.seq, math.sqrt(sq[0])))
+        counts, halves = host.nonzero_counts(rec), host.low_precision_counts(rec)
+        if counts is not None:
+            w["nonzero"] += counts[0]
+            w["zeroed"] += max(0.0, counts[0] - counts[1])
+            w["counted"] = True
+        if halves is not None:
+            w["hz"] += halves[0]
+            w["hs"] += halves[1]
+            w["hn"] += rec.numel_in
+    assert set(got) == set(want)
+    for site, w in want.items():
+        g = got[site]
+        assert [g.squared_in, g.squared_out, g.squared_param] == w["sq"], site
+        assert (g.occurrences, g.sends_to_activations, g.sends_to_params) == (w["occ"], w["acts"], w["params"])
+        assert (g.nonzero_in, g.zeroed, g.counted) == (w["nonzero"], w["zeroed"], w["counted"])
+        assert (g.half_zero, g.half_subnormal, g.half_numel) == (w["hz"], w["hs"], w["hn"])
+        assert g.profile == (sorted(w["profile"]) if w["occ"] > 1 else [])

@@ -7,6 +7,7 @@ place that knows where each value sits.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -31,6 +32,10 @@ class NodeRecord(NamedTuple):
     counted: bool       # whether nonzero counts were taken (elementwise node)
     numel_in: int
     half: bool = False  # low-precision counts follow: zeros and subnormals arriving
+
+
+# the columns of HostStep.table: NodeRecord's fields
+SITE, SEQ, OFFSET, N_IN, N_ACT, N_PARAM, COUNTED, NUMEL_IN, HALF = range(len(NodeRecord._fields))
 
 
 class StepBuffer:
@@ -114,7 +119,8 @@ class HostStep:
     extras: dict[str, float]
     forward_numel: list[int]
     _finite: bool | None = field(default=None, repr=False, compare=False)
-    _squares: tuple | None = field(default=None, repr=False, compare=False)
+    _squares: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _table: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def arriving(self, rec: NodeRecord) -> np.ndarray:
         return self.values[rec.offset:rec.offset + rec.n_in]
@@ -154,27 +160,48 @@ class HostStep:
             self._finite = bool(np.isfinite(self.values).all())
         return self._finite
 
-    def squared_sums(self) -> tuple[list[float], list[float], list[float]]:
-        """Per record, in order: the summed squares of the norms arriving, sent to activations
-        and sent to parameters (0.0 where there are none), for all records in a few numpy calls.
+    def table(self) -> np.ndarray:
+        """The records as an int64 array, one row each, NodeRecord's fields in order."""
+        if self._table is None:
+            width = len(NodeRecord._fields)
+            self._table = np.fromiter(itertools.chain.from_iterable(self.records), dtype=np.int64,
+                                      count=width * len(self.records)).reshape(len(self.records), width)
+        return self._table
+
+    def squared_sums(self) -> np.ndarray:
+        """Per record, in order (rows): the summed squares of the norms arriving, sent to
+        activations and sent to parameters (0.0 where there are none), in a few numpy calls.
 
         NOTE: np.add.reduceat over (start, end) pairs sums each segment on its own (no running
         total whose differences would lose a small norm next to a large one); an empty
         segment gives the element at its start, so those are zeroed by their lengths."""
         if self._squares is None:
             if not self.records:
-                self._squares = ([], [], [])
+                self._squares = np.zeros((0, 3))
                 return self._squares
-            layout = np.array([(r.offset, r.n_in, r.n_act, r.n_param) for r in self.records], dtype=np.int64)
-            offset, lengths = layout[:, 0], layout[:, 1:]
+            layout = self.table()
+            offset, lengths = layout[:, OFFSET], layout[:, N_IN:N_PARAM + 1]
             ends = offset[:, None] + np.cumsum(lengths, axis=1)             # end of in, act, param
             starts = np.concatenate([offset[:, None], ends[:, :2]], axis=1)   # start of in, act, param
             pairs = np.stack([starts, ends], axis=2).reshape(-1)
             squares = np.square(np.append(self.values, 0.0))   # a start may sit at the very end
             sums = np.add.reduceat(squares, pairs)[0::2].reshape(-1, 3)
-            sums = np.where(lengths > 0, sums, 0.0)
-            self._squares = (sums[:, 0].tolist(), sums[:, 1].tolist(), sums[:, 2].tolist())
+            self._squares = np.where(lengths > 0, sums, 0.0)
         return self._squares
+
+    def all_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For every record at once, what nonzero_counts and low_precision_counts give one at a
+        time: (rows counted, their (arriving, leaving) nonzero counts; rows with low-precision
+        counts, their (zeros, subnormals)), each pair an [n, 2] array."""
+        layout = self.table()
+        if not len(layout):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, np.zeros((0, 2)), empty, np.zeros((0, 2))
+        end = layout[:, OFFSET] + layout[:, N_IN] + layout[:, N_ACT] + layout[:, N_PARAM]
+        counted = np.flatnonzero(layout[:, COUNTED])
+        half = np.flatnonzero(layout[:, HALF])
+        at = end[half] + 2 * layout[half, COUNTED]
+        return (counted, self.values[end[counted, None] + (0, 1)], half, self.values[at[:, None] + (0, 1)])
 
     @property
     def forward_bad(self) -> bool:
