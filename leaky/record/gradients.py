@@ -277,7 +277,8 @@ class GradientRecorder:
         tensor at the same version: autograd may add a second contribution into it in
         place (a tensor used twice), which bumps its version, and then it is normed again.
         """
-        known = [self.known_norm(grad) for grad in arriving]
+        sent = self._sent
+        known = [_unchanged(sent, grad) for grad in arriving]
         todo = [grad for grad, norm in zip(arriving, known) if norm is None]
         moved = moves and len(acts) == 1 and not params
         if not moved:
@@ -288,13 +289,11 @@ class GradientRecorder:
         if moved:
             norms.append(norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms)))
         norms.extend(computed)
-        at = len(arriving)
-        for grad in acts + params:
-            try:
-                self._sent[id(grad)] = (weakref.ref(grad), grad._version, norms[at])
-            except TypeError:   # a tensor subclass without weak references
-                pass
-            at += 1
+        try:
+            for grad, norm in zip(acts + params, norms[len(arriving):]):
+                sent[id(grad)] = (weakref.ref(grad), grad._version, norm)
+        except TypeError:   # a tensor subclass without weak references: its norms are not reused
+            pass
         return norms
 
     def _arriving_count(self, grad: Tensor) -> Tensor:
@@ -322,7 +321,7 @@ class GradientRecorder:
         values = self.buffer.values
         offset = len(values)
         values.extend(self._norms(arriving, acts, params, moves))
-        numel_in = sum(g.numel() for g in arriving)
+        numel_in = arriving[0].numel() if len(arriving) == 1 else sum(g.numel() for g in arriving)
         # NOTE: only an elementwise node (one input gradient the same size as the one
         # arriving) can "set an element's gradient to zero"; for a matmul or a reduction
         # the element correspondence does not exist.

@@ -93,7 +93,7 @@ class OpMode(TorchFunctionMode):
             if not torch.is_grad_enabled():
                 rec.note_no_grad(name, args)
                 return out
-            outputs = tensors_in(out)
+            outputs = [out] if isinstance(out, Tensor) else tensors_in(out)
             if outputs:
                 if outputs[0].grad_fn is None and not outputs[0].requires_grad:
                     rec.note_dropped_grad(op_name(func), args)

@@ -262,7 +262,10 @@ class Recorder(StepTracking):
         # NOTE: each node's input slots are classified once (slot_kinds): the hook needs
         # them, and only activation slots (kind 1) are walked on, so no node is asked twice
         # whether it leads to a parameter.
-        stack = [t.grad_fn for t in outputs if t.grad_fn is not None and not leads_to_param(t.grad_fn)]
+        if len(outputs) == 1:
+            stack = [] if leads_to_param(main) else [main]
+        else:
+            stack = [node for node in (t.grad_fn for t in outputs) if node is not None and not leads_to_param(node)]
         while stack:
             node = stack.pop()
             meta = node.metadata
@@ -280,7 +283,8 @@ class Recorder(StepTracking):
             nexts = node.next_functions   # a new tuple at each read: read once
             kinds = slot_kinds(nexts)
             self.grads.watch(node, site, kinds, nexts)
-            stack.extend(fn for (fn, _), kind in zip(nexts, kinds) if kind == 1)
+            if 1 in kinds:
+                stack += [fn for (fn, _), kind in zip(nexts, kinds) if kind == 1]
         if first_site is None:
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
         out = outputs[0]
