@@ -1,6 +1,7 @@
 """Shared fixtures: deterministic torch, a CLI runner, and the zoo."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -22,6 +23,8 @@ def no_leaky_left() -> list[str]:
     from torch.optim import optimizer as opt
 
     left = []
+    if gc.get_freeze_count():
+        left.append("objects frozen by gc.freeze()")
     if mod._global_forward_pre_hooks:
         left.append("global forward pre-hooks")
     if mod._global_forward_hooks:

@@ -237,3 +237,24 @@ def test_ops_after_a_zero_grad_inside_the_step_are_still_observed(clear):
     assert audit.recorder.origins.zero_grads
     assert torch._C._len_torch_function_stack() == 0
     assert not no_leaky_left()
+
+
+def test_objects_alive_at_the_start_are_frozen_while_observing_and_a_processs_own_freeze_is_left_alone():
+    """The collector skips the objects alive when an audit starts (gc.freeze, see
+    Recorder.__enter__) and sees them again after it; a process that froze objects itself
+    keeps them frozen."""
+    import gc
+
+    model = MLP()
+    with leaky.audit():
+        assert gc.get_freeze_count() > 0
+        train(model, 2)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        with leaky.audit():
+            train(model, 2)
+        assert gc.get_freeze_count() > 0   # not unfrozen by leaky
+    finally:
+        gc.unfreeze()
+    assert not no_leaky_left()

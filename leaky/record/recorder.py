@@ -7,6 +7,7 @@ configured number of steps. It observes and records; it computes no statistic.
 """
 from __future__ import annotations
 
+import gc
 import warnings
 from contextlib import contextmanager
 from typing import Any, Callable
@@ -122,6 +123,7 @@ class Recorder(StepTracking):
         self._scaler = None                      # a live GradScaler (False: looked, none)
         self._zeroed_since_backward: list[tuple] = []   # zero_grad() calls since the last backward
         self.backward_at: tuple | None = None    # where the first backward() was called
+        self._froze_gc = False                   # gc.freeze() called on entry (see __enter__)
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -136,6 +138,18 @@ class Recorder(StepTracking):
         self._mode_on = True
         self.observing = True
         self.active = True
+        # NOTE: an observed step keeps ~17 small Python objects per autograd node alive (0-d
+        # norms, their weak references, hooks and their handles, records) until its flush, so
+        # the collector promotes some at every second-generation pass; every ~100 steps that
+        # makes it scan the whole heap: ~300,000 objects once torch is imported, 157 ms on
+        # this CPU, 0.8 ms a step amortised on a 50-layer MLP (its whole step is 6 ms). The
+        # objects alive when observing starts are frozen (gc.freeze: left out of the scans)
+        # and unfrozen on exit. Reference counting frees them as ever; only a reference cycle
+        # among them that becomes garbage meanwhile waits for the exit to be collected. A
+        # process that froze objects itself (a server before fork) is left alone.
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            self._froze_gc = True
         return self
 
     def __exit__(self, *exc) -> None:
@@ -148,6 +162,9 @@ class Recorder(StepTracking):
                 self._mode.__exit__(None, None, None)
                 self._mode_on = False
         finally:
+            if self._froze_gc:
+                self._froze_gc = False
+                gc.unfreeze()
             for handle in self._handles:
                 handle.remove()
             self._handles.clear()
