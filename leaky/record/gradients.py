@@ -38,10 +38,36 @@ def leads_to_param(node, depth: int = 3) -> bool:
     return len(inputs) == 1 and leads_to_param(inputs[0], depth - 1)
 
 
-def slot_kinds(next_functions: tuple) -> list[int]:
-    """Per input slot of a node (its `next_functions`): 0 nothing, 1 an activation's node, 2 a
-    parameter's (leads_to_param)."""
-    return [0 if fn is None else 2 if leads_to_param(fn) else 1 for fn, _ in next_functions]
+def slot_kinds(next_functions: tuple) -> tuple[list[int], list]:
+    """Per input slot of a node (its `next_functions`): its kind, 0 nothing, 1 an activation's
+    node, 2 a parameter's (leads_to_param); and, for a kind 2 slot, the parameter whose .grad
+    will hold exactly what the slot sends (_param_at), else None. One walk per slot answers both."""
+    kinds, params = [], []
+    for fn, _ in next_functions:
+        kind, param = (0, None) if fn is None else _slot(fn)
+        kinds.append(kind)
+        params.append(param)
+    return kinds, params
+
+
+def _slot(fn, depth: int = 3) -> tuple[int, object]:
+    """leads_to_param(fn) as kind 2 (else 1), with the parameter at the end of the chain when
+    every node on the way only moves values (a weight's transpose): its .grad will hold
+    exactly the values sent into the chain. None otherwise (an expand sums, an autocast copy
+    changes the dtype)."""
+    moves = True
+    for _ in range(depth + 1):
+        kind = _node_traits(type(fn))
+        if kind.accumulates:
+            return 2, fn.variable if moves else None
+        if not kind.passes_gradient:
+            return 1, None
+        moves = moves and kind.moves_values
+        inputs = [f for f, _ in fn.next_functions if f is not None]
+        if len(inputs) != 1:
+            return 1, None
+        fn = inputs[0]
+    return 1, None
 
 
 def _dense(grad: Tensor) -> Tensor:
@@ -94,19 +120,6 @@ def can_zero(node) -> bool:
 moves_values = ops.moves_values
 
 
-def _param_at(node, depth: int = 3):
-    """The parameter at the end of a short chain of value-moving nodes (a weight's
-    transpose): its .grad will hold exactly the values sent into the chain. None otherwise
-    (an expand sums, an autocast copy changes the dtype)."""
-    kind = _node_traits(type(node))
-    if kind.accumulates:
-        return node.variable
-    if depth == 0 or not kind.moves_values:
-        return None
-    inputs = [fn for fn, _ in node.next_functions if fn is not None]
-    return _param_at(inputs[0], depth - 1) if len(inputs) == 1 else None
-
-
 def _unchanged(taken: dict, grad: Tensor):
     """What `taken` (id -> (weak reference, version, value)) holds for this very tensor at its
     present version, else None: autograd may add into a gradient in place (a tensor used
@@ -153,18 +166,13 @@ class GradientRecorder:
         # through nodes that only move values. Their zeros are not underflow.
         self._zero_fed: set[int] = set()
 
-    def watch(self, node, site: int, kinds: list[int] | None = None, nexts: tuple | None = None) -> None:
-        """Hook `node`; `kinds` and `nexts`: slot_kinds of its next_functions, and those, when the
-        caller has them already."""
-        if nexts is None:
-            nexts = node.next_functions
-        if kinds is None:
-            kinds = slot_kinds(nexts)
+    def watch(self, node, site: int, slots: tuple[list[int], list] | None = None) -> None:
+        """Hook `node`; `slots`: slot_kinds of its next_functions, when the caller has them."""
+        kinds, found = slot_kinds(node.next_functions) if slots is None else slots
         params = 2 in kinds
         traits = _node_traits(type(node))
         moves = not params and kinds.count(1) == 1 and moves_values(node)
-        owners = (tuple(self._owner(fn) if kind == 2 else None for (fn, _), kind in zip(nexts, kinds)) if params
-                  else ())
+        owners = tuple(None if param is None else self._owner(param) for param in found) if params else ()
         if traits.zeros_on_purpose:
             self._feeds_zeros(node)
         hook = partial(self._on_backward, site, node._sequence_nr(), tuple(kinds), traits.counts_zeros, moves, owners)
@@ -178,14 +186,13 @@ class GradientRecorder:
             if moves_values(fn):
                 self._feeds_zeros(fn, depth - 1)
 
-    def _owner(self, fn):
-        """The parameter whose .grad will equal what this slot sends (itself, or through a
-        transpose or a view), with a hook after its accumulation (None: its .grad is normed
-        on its own). The hooks stay on while steps are sampled."""
-        param = _param_at(fn)
+    def _owner(self, param):
+        """`param`, whose .grad will equal what a slot sends (it, or through a transpose or a
+        view: slot_kinds), with a hook after its accumulation; None where its .grad is normed
+        on its own. The hooks stay on while steps are sampled."""
         if self._distributed is None:
             self._distributed = distributed.running()
-        if param is None or distributed.is_dtensor(param) or self._distributed:
+        if distributed.is_dtensor(param) or self._distributed:
             return None   # DDP and FSDP rewrite .grad after the accumulation
         if id(param) not in self._accumulated:
             self._accumulated[id(param)] = param.register_post_accumulate_grad_hook(self._on_accumulated)

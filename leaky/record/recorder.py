@@ -298,8 +298,9 @@ class Recorder(StepTracking):
             if first_site is None:
                 first_site = site
             nexts = node.next_functions   # a new tuple at each read: read once
-            kinds = slot_kinds(nexts)
-            self.grads.watch(node, site, kinds, nexts)
+            slots = slot_kinds(nexts)
+            self.grads.watch(node, site, slots)
+            kinds = slots[0]
             if 1 in kinds:
                 stack += [fn for (fn, _), kind in zip(nexts, kinds) if kind == 1]
         if first_site is None:
