@@ -27,6 +27,9 @@ class FeedbackWatch:
         self._asked: dict[int, tuple] = {}   # matmul site -> (last step it was asked, steps asked)
 
     def note_matmul(self, args: tuple, site: int, step: int) -> None:
+        asked = self._asked.get(site)
+        if asked is not None and asked[1] >= FEEDBACK_STEPS and asked[0] != step:
+            return   # asked in its first steps: no weight of this site is asked again (_still_asked)
         for param in parameters_in(args):
             if (param.ndim == 2 and param.shape[0] == param.shape[1] and self._still_asked(param, site, step)
                     and self._feeds_back(args, site)):
