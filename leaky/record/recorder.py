@@ -7,16 +7,16 @@ configured number of steps. It observes and records; it computes no statistic.
 """
 from __future__ import annotations
 
-import gc
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
+from leaky.record.collector import FrozenHeap
 from leaky.record.compiled import CompiledCalls, outside_graphs
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
@@ -33,7 +33,7 @@ from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.origins import OriginWatch, bare_method_statement
-from leaky.record.sites import SiteTable, SourceLocator
+from leaky.record.sites import SiteTable, SourceLocator, call_detail
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
 from leaky.record.params import ParamTable
@@ -123,7 +123,7 @@ class Recorder(StepTracking):
         self._scaler = None                      # a live GradScaler (False: looked, none)
         self._zeroed_since_backward: list[tuple] = []   # zero_grad() calls since the last backward
         self.backward_at: tuple | None = None    # where the first backward() was called
-        self._froze_gc = False                   # gc.freeze() called on entry (see __enter__)
+        self.heap = FrozenHeap()                 # the objects alive on entry, frozen for the collector
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -138,18 +138,7 @@ class Recorder(StepTracking):
         self._mode_on = True
         self.observing = True
         self.active = True
-        # NOTE: an observed step keeps ~17 small Python objects per autograd node alive (0-d
-        # norms, their weak references, hooks and their handles, records) until its flush, so
-        # the collector promotes some at every second-generation pass; every ~100 steps that
-        # makes it scan the whole heap: ~300,000 objects once torch is imported, 157 ms on
-        # this CPU, 0.8 ms a step amortised on a 50-layer MLP (its whole step is 6 ms). The
-        # objects alive when observing starts are frozen (gc.freeze: left out of the scans)
-        # and unfrozen on exit. Reference counting frees them as ever; only a reference cycle
-        # among them that becomes garbage meanwhile waits for the exit to be collected. A
-        # process that froze objects itself (a server before fork) is left alone.
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            self._froze_gc = True
+        self.heap.__enter__()   # last: a failure above leaves the collector alone
         return self
 
     def __exit__(self, *exc) -> None:
@@ -162,9 +151,7 @@ class Recorder(StepTracking):
                 self._mode.__exit__(None, None, None)
                 self._mode_on = False
         finally:
-            if self._froze_gc:
-                self._froze_gc = False
-                gc.unfreeze()
+            self.heap.__exit__()
             for handle in self._handles:
                 handle.remove()
             self._handles.clear()
@@ -274,7 +261,7 @@ class Recorder(StepTracking):
         if module is not None and self.modules.infos[module].called_by_torch is None:
             self.modules.note_caller(module)
         where = self.locator.locate()
-        detail = _UNSET   # what a new site keeps of the call (_detail): asked only for a new site
+        detail = _UNSET   # what a new site keeps of the call (call_detail): asked only for a new site
         first_site = None
         # NOTE: each node's input slots are classified once (slot_kinds): the hook needs
         # them, and only activation slots (kind 1) are walked on, so no node is asked twice
@@ -292,7 +279,7 @@ class Recorder(StepTracking):
             site = self.sites.find(op, name, module, where)
             if site is None:
                 if detail is _UNSET:
-                    detail = self._detail(op, args, kwargs)
+                    detail = call_detail(op, args, kwargs)
                 site = self.sites.intern(op, name, module, where, node._sequence_nr(), detail)
             meta[self._mark] = site
             if first_site is None:
@@ -376,27 +363,10 @@ class Recorder(StepTracking):
                     seen = True
         return seen
 
-    def _detail(self, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-        """What of the call a check needs later: a softmax's dim, a clamp's bounds, what fed a log."""
-        rule = ops.rule(op)
-        kind = None if rule is None else rule.detail
-        if kind == ops.SOFTMAX_DIM and args and isinstance(args[0], Tensor):
-            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-            x = args[0]
-            if dim is None:
-                dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
-            return {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
-        if kind == ops.LOG_INPUT and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
-            return {"input_node": type(args[0].grad_fn).__name__}
-        if kind == ops.BOUNDS:
-            low, high = rule.bounds(args, kwargs)
-            return {"low": low, "high": high}
-        return None
-
     def _update_units(self, site: int, activation, out: Tensor, op: str, args: tuple, kwargs: dict) -> None:
         stats = self.units.get(site)
         if stats is None:
-            detail = self._detail(op, args, kwargs)
+            detail = call_detail(op, args, kwargs)
             producer = args[0].grad_fn if args and isinstance(args[0], Tensor) else None
             dim = unit_dim(out, type(producer).__name__ if producer is not None else None)
             extra = dict(detail or {})

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor
+
+from leaky import ops
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _LEAKY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,3 +99,21 @@ class SiteTable:
             self.sites.append(Site(index, op, node, module_key, file, line, seq, dict(detail or {})))
             self._index[key] = index
         return index
+
+
+def call_detail(op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    """What of the call a check needs later: a softmax's dim, a clamp's bounds, what fed a log."""
+    rule = ops.rule(op)
+    kind = None if rule is None else rule.detail
+    if kind == ops.SOFTMAX_DIM and args and isinstance(args[0], Tensor):
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        x = args[0]
+        if dim is None:
+            dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
+        return {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
+    if kind == ops.LOG_INPUT and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
+        return {"input_node": type(args[0].grad_fn).__name__}
+    if kind == ops.BOUNDS:
+        low, high = rule.bounds(args, kwargs)
+        return {"low": low, "high": high}
+    return None
