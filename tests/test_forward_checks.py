@@ -184,3 +184,41 @@ def test_a_clamp_whose_bound_is_a_nan_keyword_tensor_is_checked():
         torch.clamp(lin(torch.randn(4, 3)), min=bound).sum().backward()
     event = _forward_event(audit)
     assert event is not None and event.op.op == "clamp"
+
+
+class _HiddenByInPlace(nn.Module):
+    """At step `at` an add makes a -inf that an in-place ReLU then turns into 0: nothing
+    downstream is non-finite, only the add's own output was."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.head = nn.Linear(8, 2)
+        self.at, self.calls = at, 0
+
+    def forward(self, x):
+        h = self.fc(x)
+        shift = torch.zeros(8)
+        if self.calls == self.at:
+            shift[3] = -math.inf
+        self.calls += 1
+        h = h + shift                   # the origin, a small output of a site checked on clean steps
+        h = F.relu(h, inplace=True)     # overwrites it: -inf -> 0
+        return self.head(h)
+
+
+def test_a_non_finite_output_overwritten_in_place_later_is_still_found_at_its_op():
+    """A small output of a site already checked on a clean step is checked with others in
+    one call (StepBuffer.hold_check); an in-place call first takes the kept checks, so the
+    -inf is found at the add that made it although the ReLU after it hid it."""
+    torch.manual_seed(0)
+    model = _HiddenByInPlace(at=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 6), torch.randint(0, 2, (16,))
+    with leaky.audit(steps=None) as audit:
+        for _ in range(5):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    event = _forward_event(audit)
+    assert event is not None and event.step == 3 and event.op.op == "add", event
