@@ -208,9 +208,10 @@ class _HiddenByInPlace(nn.Module):
 
 
 def test_a_non_finite_output_overwritten_in_place_later_is_still_found_at_its_op():
-    """A small output of a site already checked on a clean step is checked with others in
-    one call (StepBuffer.hold_check); an in-place call first takes the kept checks, so the
-    -inf is found at the add that made it although the ReLU after it hid it."""
+    """The -inf is found at the add that made it although the in-place ReLU after it hid it
+    from everything downstream: each output is checked before a later call can overwrite
+    it (a check taken later, batched with others, would have to be taken before any call
+    that writes in place)."""
     torch.manual_seed(0)
     model = _HiddenByInPlace(at=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

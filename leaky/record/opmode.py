@@ -81,8 +81,6 @@ class OpMode(TorchFunctionMode):
         if name in _NN_INIT and torch.is_grad_enabled():
             # nn.init.* enters here (with keyword arguments) before its own no_grad
             rec.guarded(rec.note_init, args or tuple(kwargs.values()))
-        if rec.buffer.held and (name.endswith("_") or kwargs.get("inplace") or "out" in kwargs):
-            rec.guarded(rec.buffer.check_held)   # a call that writes in place may overwrite a kept output
         try:
             out = func(*args, **kwargs)
         except Exception as exc:

@@ -27,7 +27,7 @@ from leaky.record.feedback import FeedbackWatch
 from leaky.record.functions import FunctionWatch
 from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
 from leaky.record.leaves import MadeLeaf, MadeLeaves
-from leaky.record.step_record import HOLD_CHECKS_BELOW, StepBuffer
+from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
@@ -322,10 +322,6 @@ class Recorder(StepTracking):
         sides = self._normaliser_sides(rule, args, kwargs, outputs[0]) if rule is not None and rule.normaliser else None
         if site in self.clean_sites and sides is not None:
             value = torch.cat([t.detach().reshape(-1).float() for t in sides]).sum()
-        elif site in self.clean_sites and out.layout is torch.strided and 0 < out.numel() < HOLD_CHECKS_BELOW:
-            self.buffer.hold_check(site, out)
-            self._note_checked(outputs)
-            return
         elif site in self.clean_sites:
             low = out.dtype in (torch.float16, torch.bfloat16)
             value = out.sum(dtype=torch.float32 if low else None)

@@ -38,23 +38,6 @@ class NodeRecord(NamedTuple):
 SITE, SEQ, OFFSET, N_IN, N_ACT, N_PARAM, COUNTED, NUMEL_IN, HALF = range(len(NodeRecord._fields))
 
 
-# NOTE: a forward output's finite check is one reduction, ~8 µs in place for a small output
-# (a detach, a sum, their Python), most of it per call. An output below HOLD_CHECKS_BELOW
-# elements of a site already checked on a clean step (whose check needs no statistic, only
-# finiteness) is kept instead, its flag's place reserved, and the kept outputs of one shape,
-# dtype and device summed in one stack and one sum (the same sum each, non-finite exactly
-# when the output's own sum is): at the backward's start, at the step's end, after
-# HELD_CHECKS of them or HELD_ELEMENTS elements, and before any call of the forward that
-# writes in place (a name ending in "_": relu_, add_, __setitem__; inplace=True, as F.relu
-# gets it from nn.ReLU(inplace=True); out=), which could overwrite a kept output's values.
-# A write torch does not show us (an extension's own kernel) is seen as its result.
-# (torch._foreach_norm is no shortcut on the CPU: ~3 µs a tensor for the 2-norm, which
-# overflows from 1e19, and ~14 µs for the largest magnitude.)
-HOLD_CHECKS_BELOW = 1 << 16
-HELD_CHECKS = 256
-HELD_ELEMENTS = 1 << 20
-
-
 class StepBuffer:
     """Device values of the current step plus their host-side layout."""
 
@@ -63,43 +46,12 @@ class StepBuffer:
         self.records: list[NodeRecord] = []
         self.forward_flags: list[tuple[int, Tensor, int]] = []   # (site, output norm, numel)
         self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
-        self.held: list[tuple[int, Tensor]] = []              # (place in forward_flags, output): check_held
-        self._held_elements = 0
 
     def __len__(self) -> int:
         return len(self.records) + len(self.forward_flags) + len(self.extras)
 
-    def hold_check(self, site: int, out: Tensor) -> None:
-        """Reserve `out`'s finite flag; its value is taken with the other kept outputs' (check_held)."""
-        self.held.append((len(self.forward_flags), out))
-        self.forward_flags.append((site, None, out.numel()))
-        self._held_elements += out.numel()
-        if len(self.held) >= HELD_CHECKS or self._held_elements >= HELD_ELEMENTS:
-            self.check_held()
-
-    def check_held(self) -> None:
-        """The kept outputs' flags: each one's sum, one stack and one sum per shape, dtype and device."""
-        held, self.held, self._held_elements = self.held, [], 0
-        if not held:
-            return
-        flags = self.forward_flags
-        groups: dict = {}
-        for entry in held:
-            out = entry[1]
-            groups.setdefault((out.shape, out.dtype, out.device, type(out)), []).append(entry)
-        with torch._C.DisableTorchFunction(), torch.no_grad():
-            for (shape, dtype, _, _), entries in groups.items():
-                stacked = torch.stack([out for _, out in entries])
-                low = dtype in (torch.float16, torch.bfloat16)
-                sums = stacked.sum(dim=tuple(range(1, len(shape) + 1)), dtype=torch.float32 if low else None) \
-                    if shape else stacked
-                for (at, _), value in zip(entries, sums.unbind(0)):
-                    site, _, numel = flags[at]
-                    flags[at] = (site, value, numel)
-
     def flush(self) -> "HostStep":
         """The single device-to-host copy of the step."""
-        self.check_held()
         names = list(self.extras)
         pieces = self.values + [flag for _, flag, _ in self.forward_flags] + [self.extras[n] for n in names]
         host = _to_host(pieces)

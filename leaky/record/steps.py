@@ -58,7 +58,6 @@ class StepTracking:
                 self._probe_old_grads()
         if self.observing:
             count_held(self.units.values())   # while autograd still holds them (the backward frees them)
-            self.buffer.check_held()   # the kept forward outputs' finite checks, before the backward
         if isinstance(tensor, Tensor) and tensor.grad_fn is not None and self.observing:
             sites, leaves = loss_path_sites(tensor.grad_fn, self._mark)
             for site in sites:
