@@ -93,3 +93,11 @@ def test_a_default_audit_run_block_and_the_phase_split_run_and_report(capsys):
     assert "depth 2:" in out and "0 sampled" in out and "| distributed.total_norm (inside) | 1.0 |" in out
     from leaky.record import distributed, monitor
     assert not hasattr(distributed.total_norm, "__wrapped__") and not hasattr(monitor.present_grads, "__wrapped__")
+
+
+def test_the_small_rnn_benchmark_asks_for_a_makemore_checkout(tmp_path):
+    """benchmarks/small_rnn.py times makemore's own RNN and GRU, which leaky does not ship:
+    without a folder holding makemore.py it says so and exits 2, having timed nothing."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "small_rnn.py"), "--makemore", str(tmp_path), "gru"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and f"no makemore.py in {tmp_path}" in proc.stderr, proc.stdout + proc.stderr
