@@ -41,7 +41,7 @@ def leads_to_param(node, depth: int = 3) -> bool:
 def slot_kinds(next_functions: tuple) -> tuple[list[int], list]:
     """Per input slot of a node (its `next_functions`): its kind, 0 nothing, 1 an activation's
     node, 2 a parameter's (leads_to_param); and, for a kind 2 slot, the parameter whose .grad
-    will hold exactly what the slot sends (_param_at), else None. One walk per slot answers both."""
+    will hold exactly what the slot sends (_slot), else None. One walk per slot answers both."""
     kinds, params = [], []
     for fn, _ in next_functions:
         kind, param = (0, None) if fn is None else _slot(fn)
