@@ -21,6 +21,17 @@ def _forward_event(audit):
     return events[0] if events else None
 
 
+def _audit_classifier(model, x, y, steps: int = 5):
+    """`steps` SGD steps of a classifier on one batch, all audited."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with leaky.audit(steps=None) as audit:
+        for _ in range(steps):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return audit
+
+
 class _Blows(nn.Module):
     """Divides by a zero at step `at`; a ReLU, a max-pool and a flatten follow."""
 
@@ -42,13 +53,7 @@ class _Blows(nn.Module):
 def test_a_nan_made_at_a_later_step_is_found_at_its_op_not_downstream():
     torch.manual_seed(0)
     model = _Blows(at=3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 2, (8,))
-    with leaky.audit(steps=None) as audit:
-        for _ in range(5):
-            opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
+    audit = _audit_classifier(model, torch.randn(8, 1, 8, 8), torch.randint(0, 2, (8,)))
     event = _forward_event(audit)
     assert event is not None and event.step == 3
     assert event.op.op == "div"
@@ -214,12 +219,6 @@ def test_a_non_finite_output_overwritten_in_place_later_is_still_found_at_its_op
     that writes in place)."""
     torch.manual_seed(0)
     model = _HiddenByInPlace(at=3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(16, 6), torch.randint(0, 2, (16,))
-    with leaky.audit(steps=None) as audit:
-        for _ in range(5):
-            opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
+    audit = _audit_classifier(model, torch.randn(16, 6), torch.randint(0, 2, (16,)))
     event = _forward_event(audit)
     assert event is not None and event.step == 3 and event.op.op == "add", event
