@@ -1,6 +1,6 @@
 """Python's cyclic garbage collector while leaky observes.
 
-An observed step keeps ~17 small Python objects per autograd node alive (0-d norms, their
+An observed step keeps ~17 small Python objects per hooked node alive (0-d norms, their
 weak references, hooks and their handles, records) until its flush, so the collector
 promotes some at every second-generation pass, and every ~100 steps that makes it scan the
 whole heap: ~300,000 objects once torch is imported, 157 ms on this project's CPU, 0.8 ms a
