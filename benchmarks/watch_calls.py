@@ -13,11 +13,11 @@ With --audit: the calls of 20 steps inside one `leaky.audit(steps=None)`, after 
 it, against the same steps without leaky (each figure counts torch's C functions too: every
 op leaky calls is a call).
 """
+import argparse
 import cProfile
 import io
 import os
 import pstats
-import sys
 import tempfile
 
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -94,9 +94,20 @@ def measure_audit(depth: int, steps: int = 20) -> str:
             f"{sum(v[1] for v in leaky_calls(audited)) / steps:.0f} calls of leaky's own functions")
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("depths", nargs="*", type=int, default=[10, 50, 200], metavar="DEPTH",
+                        help="MLP depths to count (default: 10 50 200)")
+    parser.add_argument("--audit", action="store_true",
+                        help="count an audited step (leaky.audit held open) instead of an unsampled watch step")
+    args = parser.parse_args(argv)
+    if any(depth < 1 for depth in args.depths):
+        parser.error("each DEPTH must be at least 1")
+    return args
+
+
 if __name__ == "__main__":
+    options = parse_args()
     torch.set_num_threads(1)
-    args = sys.argv[1:]
-    audit = "--audit" in args
-    for arg in [a for a in args if a != "--audit"] or ["10", "50", "200"]:
-        print((measure_audit if audit else measure)(int(arg)), flush=True)
+    for depth in options.depths:
+        print((measure_audit if options.audit else measure)(depth), flush=True)

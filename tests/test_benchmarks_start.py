@@ -101,3 +101,18 @@ def test_the_small_rnn_benchmark_asks_for_a_makemore_checkout(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "small_rnn.py"), "--makemore", str(tmp_path), "gru"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and f"no makemore.py in {tmp_path}" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_the_call_counter_takes_its_depths_and_answers_help():
+    """benchmarks/watch_calls.py: `--help` prints its usage (it once read "--help" as a depth
+    and crashed), a depth that is no number is refused with exit 2, and a small depth is
+    counted both ways (an unsampled watch step and an audited one)."""
+    script = str(ROOT / "benchmarks" / "watch_calls.py")
+    shown = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert shown.returncode == 0 and "usage: watch_calls.py" in shown.stdout, shown.stderr
+    refused = subprocess.run([sys.executable, script, "ten"], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "invalid int value" in refused.stderr
+    for extra in ([], ["--audit"]):
+        proc = subprocess.run([sys.executable, script, *extra, "2"], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("depth 2: ") and ("unsampled" in proc.stdout) != bool(extra), proc.stdout
