@@ -20,19 +20,23 @@ could not run, or the real-input run's own status (PROBE_EXIT_CODES).
 """
 from __future__ import annotations
 
-from leaky.cli.fix import cmd_demo, cmd_explain, cmd_fix
-from leaky.cli.parser import build_parser  # noqa: F401  (re-exported)
-from leaky.cli.probe import cmd_probe
-from leaky.cli.run import cmd_audit, cmd_watch
-from leaky.cli.stored import cmd_report, cmd_runs, cmd_show
+from importlib import import_module
+
+from leaky.cli.parser import build_parser
+
+# command -> (module, function): a command's module is imported only when it runs, so the
+# commands that never touch torch (--help, explain, runs, show, a typo) answer at once.
+COMMANDS = {"audit": ("leaky.cli.run", "cmd_audit"), "watch": ("leaky.cli.run", "cmd_watch"),
+            "runs": ("leaky.cli.stored", "cmd_runs"), "show": ("leaky.cli.stored", "cmd_show"),
+            "report": ("leaky.cli.stored", "cmd_report"), "explain": ("leaky.cli.fix", "cmd_explain"),
+            "demo": ("leaky.cli.fix", "cmd_demo"), "fix": ("leaky.cli.fix", "cmd_fix"),
+            "probe": ("leaky.cli.probe", "cmd_probe")}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"audit": cmd_audit, "watch": cmd_watch, "runs": cmd_runs, "show": cmd_show, "report": cmd_report,
-               "explain": cmd_explain, "demo": cmd_demo, "fix": cmd_fix,
-               "probe": cmd_probe}[args.command]
-    return handler(args)
+    module, function = COMMANDS[args.command]
+    return getattr(import_module(module), function)(args)
 
 
 __all__ = ["build_parser", "main"]

@@ -7,7 +7,6 @@ import sys
 from rich.console import Console
 from rich.text import Text
 
-from leaky.failure import INTERRUPTED
 from leaky.cli.output import emit, error
 from leaky.cli.parser import EXIT_OK, EXIT_UNUSABLE
 
@@ -45,6 +44,7 @@ def rerun_command(args, verb: str, config, run, render, words: tuple[str, str, s
     interrupted). Returns (result, None), or (None, the exit status) when it ends early."""
     import json
 
+    from leaky.failure import INTERRUPTED
     from leaky.script import ScriptError, script_program
 
     nothing, first_run, interrupted = words

@@ -10,8 +10,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
@@ -62,6 +60,8 @@ class Report:
         return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
 
     def to_dict(self) -> dict:
+        import torch    # NOTE: here, not at the top: `leaky runs` and `show` read reports without torch
+
         from leaky.version import __version__
 
         counts = {s.value: sum(1 for f in self.findings if f.severity is s) for s in Severity}
