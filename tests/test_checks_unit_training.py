@@ -71,7 +71,7 @@ def _update(ratios, shape=(8, 8), kind: str = "SGD", lr: float = 3.0):
 def test_lk202_updates_larger_than_the_weight_are_an_error_at_the_optimizer():
     finding = fires("LK202", _update(_ratios(2.0, 2.0, 2.0, 2.0, 2.0)))
     assert (finding.severity, finding.module, finding.source.line, finding.step) == (Severity.ERROR, "fc", 100, 4)
-    assert "steps change fc.weight by a median 2 of its norm" in finding.message
+    assert "steps change fc.weight by a median 2× its norm" in finding.message
     assert "at step 0 the update was 2× the weight itself" in finding.message
     assert "The learning rate 3 is set where SGD is built (train.py:100)." in finding.message
     assert finding.evidence["direction"] == "high" and finding.evidence["median_ratio"] == 2.0
@@ -84,7 +84,7 @@ def test_lk202_one_overshoot_among_small_updates_is_a_warning():
 def test_lk202_updates_too_small_to_matter_are_a_warning():
     finding = fires("LK202", _update(_ratios(1e-9, 1e-9, 1e-9), lr=1e-9))
     assert finding.severity is Severity.WARNING and finding.evidence["direction"] == "low"
-    assert "no sampled step changed fc.weight by more than 1.0e-09 of its norm" in finding.message
+    assert "no sampled step changed fc.weight by more than 1.0e-09× its norm" in finding.message
 
 
 def test_lk202_adam_on_a_wide_layer_a_bias_a_quasi_newton_step_and_one_sample_are_quiet():

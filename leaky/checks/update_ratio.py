@@ -69,7 +69,7 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
     overshoots = [(s, r) for s, r in param.update_ratios if r > config.update_high_error]
     worst = f"; at step {overshoots[0][0]} the update was {num(overshoots[0][1])}× the weight itself" \
         if overshoots else ""
-    message = (f"steps change {param.name} by a median {num(param.update_ratio)} of its norm (||Δw||/||w|| over "
+    message = (f"steps change {param.name} by a median {num(param.update_ratio)}× its norm (||Δw||/||w|| over "
                f"{len(param.update_ratios)} sampled steps, at most {num(param.update_ratio_max)}; ~1e-3 is typical, "
                f"leaky's band is {_band(config)}){worst}: the learning rate is too high for this layer.")
     source, origin = lr_origin(stats, param, "high", config)
@@ -116,7 +116,7 @@ def _too_slow(slow: list[tuple[ParamStats, dict]], config: AuditConfig, stats: A
     message = (f"{optimizer.kind} moves each element of a weight by about lr per step at most ({rule.update}), "
                f"so ||Δw||/||w|| <~ lr / rms(w) = {num(measure['lr'])} / {num(measure['weight_rms'])} = "
                f"{num(measure['ratio_bound'])} for {param.name}; the sampled steps changed it by a median "
-               f"{num(measured)} of its norm (at most {num(param.update_ratio_max)}). At that rate it needs "
+               f"{num(measured)}× its norm (at most {num(param.update_ratio_max)}). At that rate it needs "
                f"~{_count(measure['steps_to_change'])} steps to change by {100 * change:g}% "
                f"(~{_count(1 / measured if measured else math.inf)} to move by its own norm), and at least "
                f"{_count(measure['steps_to_change_at_bound'])} even if every step moved it the most the rule allows: "
@@ -124,7 +124,7 @@ def _too_slow(slow: list[tuple[ParamStats, dict]], config: AuditConfig, stats: A
     severity, falls = _falling(stats, param.optimizer, config)
     source, origin = lr_origin(stats, param, "low", config)
     fix = (f"Raise the learning rate: with {optimizer.kind}, lr ≈ 1e-3 × rms(w) (here ~{num(1e-3 * measure['weight_rms'])}) "
-           "moves a weight by ~1e-3 of its norm per step; 1e-4 to 1e-3 is usual from scratch, 1e-5 for fine-tuning.")
+           "moves a weight by ~1e-3× its norm per step; 1e-4 to 1e-3 is usual from scratch, 1e-5 for fine-tuning.")
     evidence = {**_evidence(param, config), "direction": "low", **measure,
                 "slow_parameters": [p.name for p, _ in slow]}
     return Finding("update-ratio", "LK202", severity, message + origin + falls, fix, param.module, None, source,
@@ -164,7 +164,7 @@ def _count(steps: float) -> str:
 
 
 def _low(param: ParamStats, config: AuditConfig, stats: AuditStats) -> Finding:
-    message = (f"no sampled step changed {param.name} by more than {num(param.update_ratio_max)} of its norm "
+    message = (f"no sampled step changed {param.name} by more than {num(param.update_ratio_max)}× its norm "
                f"(||Δw||/||w||; ~1e-3 is typical, leaky's band is {_band(config)}): the layer is effectively "
                "frozen, because the learning rate is too low or its gradients vanish.")
     source, origin = lr_origin(stats, param, "low", config)
