@@ -43,7 +43,7 @@ def _just_before(stats: AuditStats, first: int, last: int, config: AuditConfig) 
             break
     ratios = [(r, s) for p in stats.params for s, r in p.update_ratios if first <= s <= last]
     if ratios and max(ratios)[0] > config.dead_large_update:
-        events.append((max(ratios)[1], f"an update changed a weight by {max(ratios)[0]:.2g} of its norm"))
+        events.append((max(ratios)[1], f"an update changed a weight by {max(ratios)[0]:.2g}× its norm"))
     return _events_text(events, first, last)
 
 
