@@ -42,6 +42,11 @@ def _losses() -> list[str]:
     return _grouped((r.name, f"expects {r.loss}") for r in ops.REGISTRY.rules() if r.loss is not None)
 
 
+def _scales() -> list[str]:
+    return _grouped((r.name, (r.scales.__doc__ or "").split("\n\n")[0].rstrip(".")) for r in ops.REGISTRY.rules()
+                    if r.scales is not None)
+
+
 def _cuts() -> list[str]:
     return [f"- {kind.what}: {kind.fix}" for kind in ops.calls.CUT_KINDS.values()]
 
@@ -53,6 +58,7 @@ OPS_SECTIONS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "LK107": ("Backward traps it names (from leaky's op rules)", _traps),
     "LK108": ("Cuts it names (from leaky's op rules)", _cuts),
     "LK301": ("Losses it knows (from leaky's op rules)", _losses),
+    "LK307": ("Scales it follows back to the layer, by a single number (from leaky's op rules)", _scales),
 }
 
 

@@ -9,6 +9,12 @@ offset from the targets (a bias at 0 for targets of mean 50, or for a 1%-positiv
 The first iterations are then spent undoing the initialisation, the "hockey stick" of
 Karpathy's recipe, and the loss curve hides how fast the model learns. The line to change
 is the output layer's initialisation.
+
+The layer may reach the loss through single-number scales (ops whose rule `scales`):
+`head(h) / temperature`, `logit_scale.exp() * head(h)`, `z @ prototypes.T / 0.1`. A
+temperature of 0.1 multiplies logits of std 0.5 by 10: the first loss is then far above
+log C unless the head starts near zero or its inputs are normalised (CLIP). The layer is
+judged with its scale, which the message names, and the line that scales is the finding's.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import math
 
 from leaky import ops
 from leaky.checks import register
-from leaky.checks._util import num
+from leaky.checks._util import line_of, num
 from leaky.checks.bad_initialization import init_cause
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -72,22 +78,34 @@ def _judge(loss: LossStats, stats: AuditStats, config: AuditConfig) -> Finding |
         return None
     excess = first - baseline
     start = loss.start
-    layer = stats.op(loss.input_site)
-    weight = next((w for w in stats.weights if w.site == loss.input_site), None)
-    # NOTE: only a loss fed straight by a layer (its logits or its regression output) is
-    # judged: after another op (a softmax over a size-1 dim, a clamp) the first loss says
-    # more about that op (LK106, LK301) than about the output layer's initialisation.
-    if layer is None or weight is None:
+    site = start.get("scaled_site", loss.input_site)
+    layer = stats.op(site)
+    weight = next((w for w in stats.weights if w.site == site), None)
+    # NOTE: only a loss fed straight by a layer or a matrix product (its logits or its
+    # regression output), or by one through single-number scales, is judged: after another
+    # op (a softmax over a size-1 dim, a clamp) the first loss says more about that op
+    # (LK106, LK301) than about the output layer's initialisation.
+    if layer is None or (weight is None and not ops.is_matmul(layer.op)):
         return None
     module = layer.module
+    scaler = stats.op(loss.input_site) if "scaled_site" in start else None
+    scale = start.get("scale")
+    scaled = "" if scaler is None or scale is None else (
+        f" {layer.op}'s output reaches it multiplied by {num(scale)} ({line_of(scaler.source)}).")
     message = (f"the first {loss.op} was {num(first)} per element, {num(ratio)}× what a neutral output layer scores "
                f"({num(baseline)}: {what}), {num(excess)} {unit} above it: the first steps are spent undoing the "
-               f"output layer's initialisation (a 'hockey stick' in the loss curve) before the model learns anything.")
+               f"output layer's initialisation (a 'hockey stick' in the loss curve) before the model learns "
+               f"anything.{scaled}")
     fix = _fix(start, loss, baseline)
+    if scaled:
+        fix = (f"{fix} The scale {num(scale)} multiplies whatever the layer starts with: start the layer at zero "
+               "(nn.init.zeros_ on its weight and bias) or normalise what it multiplies (F.normalize on the features "
+               "and on the prototypes or weights, as CLIP does), or scale by less (a larger temperature).")
     evidence = {"first_loss": first, "neutral_loss": baseline, "ratio": ratio, "excess": excess, "unit": unit,
                 "neutral": start.get("neutral"), "classes": start.get("classes"),
-                "target_mean": start.get("target_mean"), "output_module": module}
-    return Finding("loss-at-init", "LK307", Severity.WARNING, message, fix, module, layer.op, layer.source, 0,
+                "target_mean": start.get("target_mean"), "output_module": module, "scale": scale}
+    where = scaler.source if scaler is not None and scaler.source is not None else layer.source
+    return Finding("loss-at-init", "LK307", Severity.WARNING, message, fix, module, layer.op, where, 0,
                    evidence, init_cause(stats, weight, f"its initial outputs give the first loss {num(first)}"))
 
 

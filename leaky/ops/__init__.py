@@ -191,6 +191,21 @@ def keeps_scores(node) -> bool:
     return moves_values(node) or (found is not None and found.selects)
 
 
+def scaled_input(node) -> tuple[object, object, int] | None:
+    """(the node of the input, c, p) when this autograd node only multiplies one input by a
+    single number, c**p (logits / temperature, logit_scale * logits, −x): c is a 0-d tensor or
+    a number, p is 1 or −1. None where it does more, or is no such node."""
+    found = node_rule(type(node).__name__)
+    scaled = None if found is None or found.scales is None else found.scales(node)
+    if scaled is None:
+        return None
+    index, factor, power = scaled
+    nexts = node.next_functions
+    if index >= len(nexts) or nexts[index][0] is None:
+        return None
+    return nexts[index][0], factor, power
+
+
 def only_moves(node: str) -> bool:
     """By its class name alone, the node only moves or reshapes values."""
     found = node_rule(node)

@@ -88,6 +88,9 @@ class OpRule:
     matmul: bool = False                          # a matrix product (a recurrence's W_hh @ h)
     mixes: bool = False                           # each output's gradient reaches many inputs (matmul, conv)
     chooses: bool = False                         # elementwise max/min of two tensors: picks a branch per element
+    # only scales: given one of its nodes, (the index in next_functions of the input it multiplies
+    # by a single number c, c, p) for x * c**p (x / 0.1, logit_scale * x, -x); None where it does more
+    scales: Callable[[Any], tuple[int, Any, int] | None] | None = None
     normaliser: tuple[int, int] | None = None     # batch/layer/group norm: weight and bias positions
     output_range: tuple[float, float] | None = None   # a bounded output (sigmoid [0, 1], tanh [-1, 1], relu [0, inf))
     normalises: bool = False                      # applies the normalisation a logits loss applies again

@@ -20,12 +20,32 @@ def producer(tensor: Tensor, depth: int = 4):
     NOTE: through the nodes that pass a gradient on unchanged (ops.passes_gradient). Before
     the op registry this was a list of name prefixes in which "T" (for TBackward) also
     matched TanhBackward and ThresholdBackward, so a tanh output was looked through."""
-    node = tensor.grad_fn
+    return _past_moves(tensor.grad_fn, depth)
+
+
+def _past_moves(node, depth: int = 4):
     while node is not None and depth > 0 and ops.passes_gradient(type(node).__name__):
         inputs = [fn for fn, _ in node.next_functions if fn is not None]
         node = inputs[0] if len(inputs) == 1 else None
         depth -= 1
     return node
+
+
+def behind_scales(node, depth: int = 4) -> tuple[object, Tensor | float] | None:
+    """(the node behind, their product) when `node` and the nodes after it only multiply by
+    single numbers (logits / temperature, logit_scale.exp() * logits, ops.scaled_input),
+    through views and copies; None when `node` is no such scale."""
+    factor: Tensor | float = 1.0
+    scaled = False
+    while node is not None and depth > 0:
+        found = ops.scaled_input(node)
+        if found is None:
+            break
+        node, c, power = found
+        c = c.detach().float().reshape(()) if isinstance(c, Tensor) else float(c)
+        factor = factor * (c if power == 1 else 1.0 / c)
+        node, scaled, depth = _past_moves(node), True, depth - 1
+    return (node, factor) if scaled and node is not None else None
 
 
 def _running(old: Tensor | None, new: Tensor, reduce) -> Tensor:
@@ -51,6 +71,9 @@ class LossProbe:
     target_high: Tensor | None = None
     failed: str | None = None               # the loss call raised: its message
     start: dict = field(default_factory=dict)   # LK307, the first call: its loss and target statistics
+    # LK307: the input is another site's output times single numbers (logits / temperature):
+    # that site, and the factor (at the first call)
+    scaled_from: tuple[int, Tensor | float] | None = None
 
     def update(self, x: Tensor, target: Tensor | None) -> None:
         with torch.no_grad():
@@ -66,7 +89,8 @@ class LossProbe:
 
     def first_call(self, op: str, x: Tensor, target, kwargs: dict, out) -> None:
         """LK307's numbers, once: the loss per element at the first call, and what a neutral
-        output would score on the same targets (ops.loss_neutral), all left on the device."""
+        output would score on the same targets (ops.loss_neutral), all left on the device;
+        with `scaled_from`, the site behind the scales and their factor."""
         neutral = ops.loss_neutral(op)
         if self.start or neutral is None or not isinstance(out, Tensor) or not isinstance(target, Tensor):
             return
@@ -84,6 +108,8 @@ class LossProbe:
                 start.update(target_mean=mean, target_var=((t - mean) ** 2).mean(),
                              target_mad=(t - mean).abs().mean(),
                              target_hard=((t == 0) | (t == 1)).all())
+            if self.scaled_from is not None:
+                start["scaled_site"], start["scale"] = self.scaled_from
         self.start = start
 
     def host(self) -> dict:
@@ -195,7 +221,18 @@ class ForwardProbes:
         probe = self._probe_for(op, site, args, kwargs)
         target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
         probe.update(args[0], target if isinstance(target, Tensor) else None)
+        if not probe.start and ops.loss_neutral(op) is not None:
+            probe.scaled_from = self._scaled_from(args[0])
         probe.first_call(op, args[0], target, kwargs, out)
+
+    def _scaled_from(self, x: Tensor) -> tuple[int, Tensor | float] | None:
+        """(the site behind single-number scales of the loss input, their product), if any."""
+        with torch.no_grad():
+            found = behind_scales(producer(x))
+        if found is None:
+            return None
+        site = found[0].metadata.get(self.mark)
+        return None if site is None else (site, found[1])
 
     def _layer(self, kind: str, site: int, args: tuple, kwargs: dict, averages: bool = True) -> None:
         x, weight = args[0], args[1]

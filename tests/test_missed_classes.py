@@ -1,0 +1,120 @@
+"""Classes the checks once missed or misjudged (issue 30), each on a real tiny model with a
+real optimizer: the broken case found at its line, and a healthy look-alike that stays quiet.
+
+- LK307: logits that reach the loss through a single-number scale (`head(h) / temperature`,
+  `z @ prototypes.T / 0.1`, `logit_scale.exp() * head(h)`); quiet: a zero-init head divided
+  by 0.1, CLIP-like normalised features.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import leaky
+from leaky.finding import Severity
+
+HERE = Path(__file__)
+
+
+def _line(marker: str) -> int:
+    return next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.rstrip().endswith(marker))
+
+
+def _alarms(report, code: str):
+    return [f for f in report.findings if f.code == code and f.severity is not Severity.INFO]
+
+
+def _at(findings, line: int) -> bool:
+    return any(line in {place.line for place in (f.source, f.cause) if place is not None} for f in findings)
+
+
+# -- LK307: logits through a scale --------------------------------------------------------------
+def _task():
+    torch.manual_seed(0)
+    x = torch.randn(512, 32)
+    y = (x[:, :4].sum(1) > 0).long() + 2 * (x[:, 4] > 0).long()
+    return x, y
+
+
+def _train_scaled(logits_of, params, steps: int = 8):
+    x, y = _task()
+    opt = torch.optim.Adam(params, lr=1e-3)
+    with leaky.audit(steps=steps) as audit:
+        for step in range(steps):
+            rows = torch.arange(64) + 64 * (step % 8)
+            loss = F.cross_entropy(logits_of(x[rows]), y[rows])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return audit.report
+
+
+def _body_and_head():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU()), nn.Linear(64, 10)
+
+
+def test_a_head_divided_by_a_temperature_starts_far_above_log_c():
+    body, head = _body_and_head()
+    temperature = 0.05
+    report = _train_scaled(lambda x: head(body(x)) / temperature,  # HEAD / TEMPERATURE
+                           [*body.parameters(), *head.parameters()])
+    (finding,) = _alarms(report, "LK307")
+    assert finding.source.line == _line("# HEAD / TEMPERATURE") and finding.module == "head"
+    assert finding.evidence["scale"] == pytest.approx(20.0) and finding.evidence["ratio"] > 2
+    assert "multiplied by 20" in finding.message and "nn.init.zeros_" in finding.fix
+
+
+def test_prototypes_over_a_temperature_start_far_above_log_c():
+    torch.manual_seed(0)
+    encoder = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    prototypes = nn.Parameter(torch.randn(10, 16))
+    report = _train_scaled(lambda x: encoder(x) @ prototypes.T / 0.1,  # PROTOTYPES / 0.1
+                           [*encoder.parameters(), prototypes])
+    (finding,) = _alarms(report, "LK307")
+    assert finding.source.line == _line("# PROTOTYPES / 0.1") and finding.evidence["ratio"] > 3
+
+
+def test_a_learnt_logit_scale_times_a_head_starts_far_above_log_c():
+    body, head = _body_and_head()
+    logit_scale = nn.Parameter(torch.tensor(math.log(100.0)))
+    report = _train_scaled(lambda x: logit_scale.exp() * head(body(x)),  # LOGIT SCALE
+                           [*body.parameters(), *head.parameters(), logit_scale])
+    (finding,) = _alarms(report, "LK307")
+    assert finding.source.line == _line("# LOGIT SCALE") and finding.evidence["scale"] == pytest.approx(100, rel=1e-3)
+
+
+def test_a_zero_init_head_divided_by_a_temperature_is_quiet():
+    body, head = _body_and_head()
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    report = _train_scaled(lambda x: head(body(x)) / 0.1, [*body.parameters(), *head.parameters()])
+    assert _alarms(report, "LK307") == []
+
+
+def test_clip_like_normalised_features_with_a_logit_scale_are_quiet():
+    torch.manual_seed(0)
+    encoder = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64))
+    prototypes = nn.Parameter(torch.randn(10, 64))
+    logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+    report = _train_scaled(
+        lambda x: logit_scale.exp() * F.normalize(encoder(x), dim=-1) @ F.normalize(prototypes, dim=-1).T,
+        [*encoder.parameters(), prototypes, logit_scale])
+    assert _alarms(report, "LK307") == []
+
+
+def test_lk307_judges_the_layer_behind_a_scale_on_hand_built_stats():
+    from leaky.testing import loss_probe, op, source, stats
+    from tests.check_cases import fires, quiet
+    head = op(site=3, op="matmul", module="head", source=source(line=10))
+    div = op(site=5, op="div", module=None, source=source(line=11))
+    start = {"neutral": "classes", "loss": 13.3, "classes": 10, "scaled_site": 3, "scale": 10.0}
+    finding = fires("LK307", stats(steps=20, ops=(head, div), losses_seen=(loss_probe(site=4, input_site=5, start=start),)))
+    assert finding.source.line == 11 and finding.module == "head" and "multiplied by 10 (train.py:11)" in finding.message
+    unscaled = {k: v for k, v in start.items() if k not in ("scaled_site", "scale")}
+    quiet("LK307", stats(steps=20, ops=(head, div), losses_seen=(loss_probe(site=4, input_site=5, start=unscaled),)))
