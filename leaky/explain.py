@@ -31,7 +31,9 @@ def _dead_zones() -> list[str]:
 def _flat_activations() -> list[str]:
     families = {r.activation.family: r.activation for r in ops.REGISTRY.rules()
                 if r.activation is not None and r.activation.formula}
-    return [f"- `{name}`: {family.formula}" for name, family in families.items()]
+    rows = _grouped((r.name, f"judged per row: {r.derivative}") for r in ops.REGISTRY.rules()
+                    if r.activation is not None and r.activation.rows)
+    return [f"- `{name}`: {family.formula}" for name, family in families.items()] + rows
 
 
 def _traps() -> list[str]:

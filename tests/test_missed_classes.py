@@ -4,6 +4,8 @@ real optimizer: the broken case found at its line, and a healthy look-alike that
 - LK307: logits that reach the loss through a single-number scale (`head(h) / temperature`,
   `z @ prototypes.T / 0.1`, `logit_scale.exp() * head(h)`); quiet: a zero-init head divided
   by 0.1, CLIP-like normalised features.
+- LK101: a gumbel-softmax at tau = 0.05 (soft and hard=True) is one-hot from step 0; quiet:
+  tau annealed from 1.
 """
 from __future__ import annotations
 
@@ -118,3 +120,34 @@ def test_lk307_judges_the_layer_behind_a_scale_on_hand_built_stats():
     assert finding.source.line == 11 and finding.module == "head" and "multiplied by 10 (train.py:11)" in finding.message
     unscaled = {k: v for k, v in start.items() if k not in ("scaled_site", "scale")}
     quiet("LK307", stats(steps=20, ops=(head, div), losses_seen=(loss_probe(site=4, input_site=5, start=unscaled),)))
+
+
+# -- LK101: every softmax-like op ---------------------------------------------------------------
+def _train_codes(sample, steps: int = 10):
+    """A discrete auto-encoder: 8 categorical codes through `sample(logits, step)`."""
+    torch.manual_seed(0)
+    x = torch.randn(512, 16)
+    encoder, decoder = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 8)), nn.Linear(8, 16)
+    opt = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=1e-3)
+    with leaky.audit(steps=steps) as audit:
+        for step in range(steps):
+            xb = x[64 * (step % 8):64 * (step % 8 + 1)]
+            loss = F.mse_loss(decoder(sample(encoder(xb), step)), xb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return audit.report
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_a_gumbel_softmax_at_tau_005_is_one_hot_from_the_start(hard):
+    report = _train_codes(lambda logits, step: F.gumbel_softmax(logits, tau=0.05, hard=hard))  # GUMBEL
+    (finding,) = _alarms(report, "LK101")
+    assert finding.op == "gumbel_softmax" and finding.source.line == _line("# GUMBEL")
+    assert finding.evidence["first_step_flat_row_share"] > 0.5 and "anneal" in finding.fix
+    assert finding.cause is None   # tau makes the rows one-hot, not the logits
+
+
+def test_a_gumbel_softmax_annealed_from_tau_1_is_quiet():
+    report = _train_codes(lambda logits, step: F.gumbel_softmax(logits, tau=max(0.5, math.exp(-0.05 * step))))
+    assert _alarms(report, "LK101") == []

@@ -92,17 +92,25 @@ def _softmax_from_start(act: ActivationStats, severity: Severity, stats: AuditSt
     where = act.module or "the model"
     passes = f", and over the steps its backward passed on {num(gain)} of the gradient it received" if gain is not None else ""
     message = (f"at its first step, before training could shape it, {pct(act.first_flat_share)} of the rows of this "
-               f"softmax in {where} were one-hot: the trace of their Jacobian diag(p) − ppᵀ, 1 − ‖p‖², was below "
+               f"{act.op} in {where} were one-hot: the trace of their Jacobian diag(p) − ppᵀ, 1 − ‖p‖², was below "
                f"{num(config.flat_derivative_share)} of a uniform row's 1 − 1/n{_of_n(n)}, and no direction of "
                f"the scores gets more than that trace of the gradient; the mean row had "
                f"{num(act.first_jacobian_share)} of it{passes}.")
-    fix = ("Scale the scores down where they are computed: divide attention scores by math.sqrt(d_head) "
-           "(or use F.scaled_dot_product_attention), divide logits by a temperature rather than multiply, "
-           "or normalise what feeds them (LayerNorm, or q/k normalisation).")
+    # NOTE: an op whose own argument makes its rows flat (gumbel_softmax's tau) says how to fix it,
+    # and the scores are no cause: (logits + g) / 0.05 is one-hot whatever the logits
+    own_fix = _rule_extra(act.op).get("flat_fix")
+    fix = own_fix or ("Scale the scores down where they are computed: divide attention scores by math.sqrt(d_head) "
+                      "(or use F.scaled_dot_product_attention), divide logits by a temperature rather than multiply, "
+                      "or normalise what feeds them (LayerNorm, or q/k normalisation).")
     evidence = {"first_step_flat_row_share": act.first_flat_share, "first_step_jacobian_share": act.first_jacobian_share,
                 "peaked_share": act.peaked_share, "row_length": n, "backward_gain": gain}
     return Finding("saturated-activation", "LK101", severity, message, fix, act.module, act.op,
-                   act.source, None, evidence, _scores_cause(act, stats))
+                   act.source, None, evidence, None if own_fix else _scores_cause(act, stats))
+
+
+def _rule_extra(op: str) -> dict:
+    rule = ops.rule(op)
+    return {} if rule is None else rule.extra
 
 
 def _of_n(n) -> str:

@@ -44,6 +44,25 @@ TANH = Activation("tanh", _tanh_share, max_derivative=1.0, formula="tanh local g
                   init=XAVIER_TANH)
 HARDTANH = Activation("hardtanh", init=XAVIER, bounded=True)
 SOFTMAX = Activation("softmax", init=XAVIER, rows=True)
+SOFTMAX_NODE = "SoftmaxBackward"
+
+
+def gumbel_soft_sample(out, args: tuple, kwargs: dict):
+    """The rows gumbel_softmax's gradient goes through: its output, or with hard=True (a one-hot
+    forward, y_hard − y_soft.detach() + y_soft) the soft sample its softmax node saved."""
+    hard = kwargs.get("hard", args[2] if len(args) > 2 else False)
+    if not hard:
+        return out
+    node = out.grad_fn
+    for fn, _ in node.next_functions if node is not None else ():
+        if fn is not None and type(fn).__name__.startswith(SOFTMAX_NODE):
+            return getattr(fn, "_saved_result", None)
+    return None
+
+
+# NOTE: gumbel_softmax(logits, tau) is softmax((logits + g) / tau) with Gumbel noise g: a softmax
+# whose rows are judged the same way (one-hot rows at tau = 0.05 pass no gradient).
+GUMBEL_SOFTMAX = Activation("softmax", init=XAVIER, rows=True, judged=gumbel_soft_sample)
 
 BOUNDED = Zone(
     "bounded", "d/dx hardtanh(x, lo, hi) = 1 strictly inside (lo, hi) and 0 outside",
@@ -72,13 +91,20 @@ register(OpRule("hardtanh", ("hardtanh_",), ("HardtanhBackward",), BOUNDED.deriv
 register(OpRule("relu6", (), (), BOUNDED.derivative, zero=BOUNDED, activation=HARDTANH, keeps_finite=True,
                 bounds=lambda args, kwargs: (0.0, 6.0), detail=BOUNDS, module="ReLU6",
                 extra={"relu_like": True}))
-register(OpRule("softmax", ("_softmax",), ("SoftmaxBackward",), "its Jacobian is diag(s) − ssᵀ", zero=SOFTMAX_OF_ONE,
+register(OpRule("softmax", ("_softmax",), (SOFTMAX_NODE,), "its Jacobian is diag(s) − ssᵀ", zero=SOFTMAX_OF_ONE,
                 activation=SOFTMAX, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True,
                 detail=SOFTMAX_DIM, replacement=IDENTITY, module="Softmax",
                 extra={"before_log_probabilities": "log_softmax"}))
 register(OpRule("log_softmax", ("_log_softmax",), ("LogSoftmaxBackward",), "its Jacobian is I − 1sᵀ",
                 zero=SOFTMAX_OF_ONE, counts_zeros=True, keeps_finite=True, detail=SOFTMAX_DIM, replacement=IDENTITY,
                 module="LogSoftmax"))
+register(OpRule("gumbel_softmax", (), (), "softmax((logits + g) / tau): its Jacobian is diag(s) − ssᵀ over tau",
+                activation=GUMBEL_SOFTMAX, keeps_finite=True, output_range=(0.0, 1.0), detail=SOFTMAX_DIM,
+                extra={"dim_at": 4, "dim_default": -1, "flat_fix": (
+                    "Its rows are one-hot because tau is small: (logits + g) / tau with Gumbel noise g is flat at "
+                    "tau = 0.05 whatever the logits. Start tau at 1 (or more) and anneal it down during training "
+                    "(tau = max(0.5, exp(-r·step)), Jang et al. 2017), or train with the soft sample and switch to "
+                    "hard=True only at the end.")}))
 register(OpRule("softsign", (), ("SoftsignBackward",), keeps_finite=True))
 for _name, _nodes in (("leaky_relu", ("LeakyReluBackward",)), ("elu", ("EluBackward",)),
                       ("gelu", ("GeluBackward",)), ("silu", ("SiluBackward",)), ("mish", ("MishBackward",))):

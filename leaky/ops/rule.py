@@ -66,6 +66,10 @@ class Activation:
     init: Init | None = None                      # what a layer feeding it wants (None: lecun, gain linear)
     rows: bool = False                            # a softmax: judged per row (peaked rows), not per unit
     bounded: bool = False                         # flat outside [lo, hi] read from the call (hardtanh)
+    # the tensor whose values are judged, from (output, args, kwargs), when it is not the output
+    # itself (gumbel_softmax(hard=True) returns a one-hot whose gradient is its soft sample's);
+    # None: nothing to judge in this call
+    judged: Callable[[Any, tuple, dict], Any] | None = None
 
 
 @dataclass(frozen=True)

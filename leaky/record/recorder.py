@@ -364,6 +364,10 @@ class Recorder(StepTracking):
         return seen
 
     def _update_units(self, site: int, activation, out: Tensor, op: str, args: tuple, kwargs: dict) -> None:
+        if activation.judged is not None:   # gumbel_softmax(hard=True): its soft sample
+            out = activation.judged(out, args, kwargs)
+            if out is None:
+                return
         stats = self.units.get(site)
         if stats is None:
             detail = call_detail(op, args, kwargs)

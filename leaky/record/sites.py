@@ -106,7 +106,8 @@ def call_detail(op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
     rule = ops.rule(op)
     kind = None if rule is None else rule.detail
     if kind == ops.SOFTMAX_DIM and args and isinstance(args[0], Tensor):
-        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        at = rule.extra.get("dim_at", 1)   # gumbel_softmax(logits, tau, hard, eps, dim)
+        dim = kwargs.get("dim", args[at] if len(args) > at else rule.extra.get("dim_default"))
         x = args[0]
         if dim is None:
             dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
