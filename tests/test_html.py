@@ -92,16 +92,18 @@ def test_charts_for_flow_histograms_and_recurrences(reports):
     assert _charts(sigmoid, "flow") == 1
     assert _charts(sigmoid, "hist") == len(reports["sigmoid-big-init"]["activations"]) == 3
     assert sigmoid.count('<g class="row ') == len(reports["sigmoid-big-init"]["modules"])
-    # act1's gain is 0.012: its row is marked as the collapse, the others are not
-    collapse = re.findall(r'<g class="row collapse"><title>([^<]*)</title>', sigmoid)
-    assert len(collapse) == 1 and collapse[0].startswith("act1 (Sigmoid)")
+    # coloured where a finding judged the gradient lost: act1 (LK101 saturated, LK103's worst
+    # loss, gain 0.012) and act2, act3 (LK103's next losses); not the loss's mean (gain 0.12)
+    collapse = re.findall(r'<g class="row collapse" data-codes="([^"]*)"><title>([^<]*)</title>', sigmoid)
+    assert [(codes, title.split(" ")[0]) for codes, title in collapse] == \
+        [("LK103", "act3"), ("LK103", "act2"), ("LK101 LK103", "act1")]
     assert "flat region" in sigmoid
 
     rnn = reports["rnn-exploding"]
     page = render_html(rnn)
     assert rnn["recurrences"] and rnn["recurrences"][0]["time_profile"]
     assert _charts(page, "recurrence") == len(rnn["recurrences"])
-    assert re.search(r'<g class="row explosion"><title>rnn \(RNN\)', page)
+    assert re.search(r'<g class="row explosion" data-codes="LK105"><title>rnn \(RNN\)', page)
 
     relu = reports["relu-high-lr"]
     page = render_html(relu)

@@ -18,6 +18,7 @@ One file per part, composed the way rich composes renderables:
     page.py          the document: head, table of contents, sections in order, footer, data
     page.css         its style sheet (package data, inlined into the page)
     findings.py      Findings: one card per finding, with its evidence   (snippets.py: source lines)
+                     (order.py: root causes with what they explain, most severe first)
     flow.py          Gradient flow: norm arriving per module and the gain through it
     activations.py   Activations: a histogram per site, one class per histogram kind
     recurrences.py   Recurrences: the gradient norm per time step

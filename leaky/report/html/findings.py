@@ -1,4 +1,5 @@
-"""The Findings section: one card per finding, most severe first (the report's order).
+"""The Findings section: one card per finding, most severe first, each root cause right
+before the findings it explains (order.py: the order, and the words that say it).
 
 A card shows the severity, code and name; where (module · op · file:line · step, and for a
 watched run the first and last step the finding was seen); the message; the lines of
@@ -10,6 +11,7 @@ import json
 from typing import Any
 
 from leaky.report.format import module_label
+from leaky.report.html.order import Arranged, arrange, lede
 from leaky.report.html.snippets import Sources
 from leaky.report.html.values import esc, source_text, value_text
 
@@ -28,11 +30,28 @@ def findings_html(findings: list[dict], run: dict | None) -> str:
     if not findings:
         return ('<section id="findings"><h2>Findings</h2>'
                 '<p class="none">No findings: no leaks found.</p></section>')
-    parts = [finding_section(i + 1, f, sources, seen.get(finding_key(f)) if run else None)
-             for i, f in enumerate(findings)]
+    arranged = arrange(findings)
+    parts = [finding_section(i + 1, f, sources, seen.get(finding_key(f)) if run else None, _links(arranged, i),
+                             arranged.explained_by.get(i))
+             for i, f in enumerate(arranged.findings)]
     return (f'<section id="findings"><h2>Findings <span class="count">{len(findings)}</span></h2>'
-            f'<p class="lede">Most severe first. Each names the module, the op and the line of your code, '
+            f'<p class="lede">{esc(lede(arranged))} Each names the module, the op and the line of your code, '
             f'with the numbers behind it and what to change.</p>{"".join(parts)}</section>')
+
+
+def _links(arranged: Arranged, i: int) -> str:
+    """The links between a cause and what it explains: "Explained by #k" on a finding placed
+    under its cause, "Root cause of #a, #b" on the cause."""
+    out = ""
+    if i in arranged.explained_by:
+        k = arranged.explained_by[i]
+        cause = arranged.findings[k]
+        out += (f'<p class="explained">Explained by <a href="#finding-{k + 1}">'
+                f'#{k + 1}</a> {esc(cause.get("code") or "")} {esc(cause.get("name") or "")}, above.</p>')
+    if arranged.explains.get(i):
+        refs = ", ".join(f'<a href="#finding-{j + 1}">#{j + 1}</a>' for j in arranged.explains[i])
+        out += f'<p class="explains">Root cause of {refs}, below.</p>'
+    return out
 
 
 def finding_key(f: dict) -> tuple:
@@ -41,7 +60,9 @@ def finding_key(f: dict) -> tuple:
     return (f.get("code"), f.get("module"), f.get("op") or None, src.get("file") or None, src.get("line"))
 
 
-def finding_section(i: int, f: dict, sources: Sources, seen: dict | None) -> str:
+def finding_section(i: int, f: dict, sources: Sources, seen: dict | None, links: str = "",
+                    under: int | None = None) -> str:
+    """The card of finding number i; `under`: the 0-based page position of the cause it is placed under."""
     severity = str(f.get("severity") or "info")
     sev_cls = severity if severity in SEVERITIES else "info"
     snippet = sources.snippet(f.get("source"))
@@ -52,12 +73,13 @@ def finding_section(i: int, f: dict, sources: Sources, seen: dict | None) -> str
                f'{f"<div>{evidence}</div>" if evidence else ""}</div>'
     name = f.get("name") or ""
     code = f.get("code") or ""
+    placed = "" if under is None else f' data-explained-by="{under + 1}"'
     return (f'<section class="finding sev-{sev_cls}" id="finding-{i}" data-code="{esc(code)}" '
-            f'data-severity="{esc(severity)}">'
+            f'data-severity="{esc(severity)}"{placed}>'
             f'<h3><span class="badge {sev_cls}">{esc(severity.upper())}</span> '
             f'<span class="code">{esc(code)}</span> {esc(name)}</h3>'
             f'<p class="where">{" · ".join(_where(f, seen)) or "&lt;model&gt;"}</p>'
-            f'<p class="msg">{esc(f.get("message") or "")}</p>{_cause(f)}{body}'
+            f'{links}<p class="msg">{esc(f.get("message") or "")}</p>{_cause(f)}{body}'
             f'<p class="fix"><b>Fix</b> {esc(f.get("fix") or "")}</p></section>')
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sqlite3
 from collections import defaultdict
 from importlib import resources
 from typing import Any
@@ -58,7 +59,7 @@ def render_html(report: dict, run: dict | None = None, *, title: str = "leaky re
     findings = list(findings)
     blocks = [
         ("findings", "Findings", findings_html(findings, run)),
-        ("flow", "Gradient flow", flow_html(list(report.get("modules") or []))),
+        ("flow", "Gradient flow", flow_html(list(report.get("modules") or []), findings)),
         ("activations", "Activations", activations_html(list(report.get("activations") or []))),
         ("recurrences", "Recurrences", recurrences_html(list(report.get("recurrences") or []))),
         ("run", "Training run" if run else "Observed steps", run_html(report, run, findings)),
@@ -147,9 +148,24 @@ def script_json(data: Any) -> str:
 
 
 def run_payload(store, run_id: int) -> dict:
-    """A stored run's data for `render_html(..., run=...)`."""
+    """A stored run's data for `render_html(..., run=...)`; `module_order`: the modules in model
+    order (see `recorded_order`), so that `leaky report RUN` draws its rows as the model runs."""
     return {"run": store.run(run_id), "steps": store.steps(run_id),
-            "module_stats": store.module_stats(run_id), "findings": store.findings(run_id)}
+            "module_stats": store.module_stats(run_id), "findings": store.findings(run_id),
+            "module_order": recorded_order(store, run_id)}
+
+
+def recorded_order(store, run_id: int) -> list[str]:
+    """The run's modules in the order it recorded them: a watch writes each checked step's
+    module table (loss to input) in one batch, so within the first step a module was seen in,
+    the order of insertion is model order (Store.module_stats reads them back by name).
+    [] when the store cannot say."""
+    try:
+        rows = store.conn.execute("SELECT module FROM module_stats WHERE run_id = ? GROUP BY module"
+                                  " ORDER BY min(step), min(rowid)", (run_id,)).fetchall()
+    except sqlite3.Error:
+        return []
+    return [row[0] for row in rows]
 
 
 def write_html(path: str | os.PathLike, html: str) -> None:

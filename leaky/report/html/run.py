@@ -8,6 +8,7 @@ first and last kept) in the heatmap and the per-layer charts.
 from __future__ import annotations
 
 import math
+import re
 
 from leaky.report.format import module_label, run_status, when
 from leaky.report.html.heatmap import heatmap
@@ -53,13 +54,13 @@ def _watched(report: dict, run: dict) -> list[str]:
              loss_html(points, run.get("findings") or [], "first_step", "Every step, from the run store")]
     stats = run.get("module_stats") or []
     if stats:
-        parts.extend(_per_layer(report, stats))
+        parts.extend(_per_layer(report, run, stats))
     return parts
 
 
-def _per_layer(report: dict, stats: list[dict]) -> list[str]:
+def _per_layer(report: dict, run: dict, stats: list[dict]) -> list[str]:
     """The heatmap, dead units and update ratios of the sampled steps."""
-    modules = ordered_modules(report.get("modules") or [], stats)
+    modules, known = ordered_modules(report.get("modules") or [], stats, run.get("module_order"))
     all_steps = sorted({int(s["step"]) for s in stats if isinstance(s.get("step"), int)})
     cols = pick_columns(all_steps)
     rows = {(s.get("module"), s.get("step")): s for s in stats}
@@ -68,8 +69,11 @@ def _per_layer(report: dict, stats: list[dict]) -> list[str]:
     note = ""
     if len(cols) < len(all_steps):
         note = f" Showing {len(cols)} of {len(all_steps)} sampled steps."
+    rows_are = "rows from the loss to the input"
+    if known < len(modules):
+        rows_are = "rows by module name" if not known else f"{rows_are}, then the others by name"
     parts = [f'<h3>Gradient norm per layer and step</h3><p class="lede">Each sampled step, the '
-             f'gradient norm arriving at each module (rows from the loss to the input), log colour '
+             f'gradient norm arriving at each module ({rows_are}), log colour '
              f'scale; grey: not measured.{note}</p>'
              f'<figure class="wide">{heatmap(modules, cols, cells)}</figure>']
     dead = per_layer_chart("dead", "dead unit share per layer and step", "dead_share", modules, cols,
@@ -92,23 +96,24 @@ def pick_columns(steps: list[int], most: int = MAX_COLUMNS) -> list[int]:
     return [steps[round(i * last / (most - 1))] for i in range(most)]   # first and last kept
 
 
-def ordered_modules(report_modules: list[dict], stats: list[dict]) -> list[str]:
-    """The modules with stored statistics, in the report's order (loss to input), then the rest."""
-    order: list[str] = []
-    seen = set()
-    for m in report_modules:
-        name = m.get("module")
-        if name is not None and name not in seen:
-            seen.add(name)
-            order.append(name)
-    present = {s.get("module") for s in stats}
-    order = [n for n in order if n in present]
-    for s in stats:
-        name = s.get("module")
-        if name is not None and name not in seen:
-            seen.add(name)
-            order.append(name)
-    return order
+def ordered_modules(report_modules: list[dict], stats: list[dict],
+                    recorded: list[str] | None = None) -> tuple[list[str], int]:
+    """The modules with stored statistics in model order, and how many lead whose order is known.
+
+    Model order is the report's module table (loss to input), then the order the run
+    recorded them in (`recorded`: each checked step's module table, as the store received
+    it), for modules the report lacks. Modules neither names go last, by name with the
+    numbers in a name compared as numbers (layers.2 before layers.10) only as this fallback."""
+    present = {s.get("module") for s in stats if isinstance(s.get("module"), str)}
+    order = list(dict.fromkeys(n for n in [m.get("module") for m in report_modules] + list(recorded or [])
+                               if n in present))
+    rest = sorted(present - set(order), key=natural_key)
+    return order + rest, len(order)
+
+
+def natural_key(name: str) -> tuple:
+    """A module path's sort key with its numbers as numbers: "layers.10" after "layers.2"."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name))
 
 
 def per_layer_chart(kind: str, label: str, key: str, modules: list[str], steps: list[int],
