@@ -4,16 +4,20 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from rich.console import Console
 from rich.text import Text
 
 from leaky.cli.output import emit, error
 from leaky.cli.parser import EXIT_OK, EXIT_UNUSABLE
+from leaky.report.terminal import people_console
 
 
 def cmd_explain(args) -> int:
+    from rich.console import Console
+
     from leaky.explain import list_checks, page
 
+    # NOTE: a page is prose, wrapped at the width even into a pipe: rich's Markdown lists crop
+    # their lines where the console does not wrap.
     console = Console(highlight=False)
     if not args.check:
         console.print(list_checks())
@@ -48,7 +52,7 @@ def rerun_command(args, verb: str, config, run, render, words: tuple[str, str, s
     from leaky.script import ScriptError, script_program
 
     nothing, first_run, interrupted = words
-    err = Console(stderr=True, highlight=False)
+    err = people_console(stderr=True)
     if (args.script is None) == (args.example is None):
         error(f"leaky {verb} takes a training script, or --example NAME (one of them)")
         return None, EXIT_UNUSABLE
@@ -91,7 +95,7 @@ def rerun_command(args, verb: str, config, run, render, words: tuple[str, str, s
     if args.json and not emit(json.dumps(data, indent=2, default=str), args.json, "JSON result"):
         return None, EXIT_UNUSABLE
     if args.json != "-":
-        render(Console(highlight=False), data)
+        render(people_console(), data)
     if base.failure is not None:
         error(f"{first_run} of {name} {base.failure.said()} after {base.steps} steps.")
         trial_failure(base)
@@ -114,5 +118,5 @@ def cmd_demo(args) -> int:
     from leaky.demo import run_demo
 
     with contextlib.suppress(KeyboardInterrupt):
-        return run_demo(Console(highlight=False), steps=args.steps or 20, only=args.only)
+        return run_demo(people_console(), steps=args.steps or 20, only=args.only)
     return EXIT_UNUSABLE

@@ -5,13 +5,13 @@ import contextlib
 import dataclasses
 import sys
 
-from rich.console import Console
 from rich.text import Text
 
 from leaky.config import AuditConfig
 from leaky.cli.output import (Progress, closing_lines, end_of_script, error, exit_status, main_process,
     nothing_observed, write_formatted, write_html, write_json)
 from leaky.cli.parser import EXIT_FINDINGS, EXIT_UNUSABLE
+from leaky.report.terminal import people_console
 from leaky.cli.stored import stored_run
 
 
@@ -19,8 +19,8 @@ def cmd_audit(args) -> int:
     from leaky.report.terminal import print_report
     from leaky.script import ScriptError, run_script
 
-    err = Console(stderr=True, highlight=False)
-    out = Console(highlight=False)
+    err = people_console(stderr=True)
+    out = people_console()
     config = dataclasses.replace(AuditConfig(), steps=args.steps, fail_on=args.fail_on)
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     # NOTE: with machine output on stdout, the script's own prints go to stderr.
@@ -66,15 +66,15 @@ def cmd_watch(args) -> int:
     from leaky.store import StoreError
     from leaky.watch import DEFAULT_EVERY, Watch
 
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    out = people_console()
+    err = people_console(stderr=True)
     config = dataclasses.replace(AuditConfig(), steps=None, fail_on=args.fail_on)
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     try:
         with Progress(err, None) as progress:
             def announce(finding, step):
                 if main_process():
-                    progress.print(Text(f"step {step}: ", style="bold") + finding_renderable(finding))
+                    progress.print(finding_renderable(finding, lead=Text(f"step {step}: ", style="bold")))
 
             def make(script):
                 sinks = []

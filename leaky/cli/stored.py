@@ -1,11 +1,11 @@
 """`leaky runs`, `leaky show` and `leaky report`: the runs a watch stored."""
 from __future__ import annotations
 
-from rich.console import Console
 from rich.text import Text
 
 from leaky.cli.output import error, write_html
 from leaky.cli.parser import EXIT_OK, EXIT_UNUSABLE
+from leaky.report.terminal import people_console
 
 
 def open_store(path: str):
@@ -40,7 +40,7 @@ def cmd_report(args) -> int:
         return EXIT_UNUSABLE
     if not write_html(args.html, {}, payload):
         return EXIT_UNUSABLE
-    Console(highlight=False).print(Text(f"leaky: wrote {args.html}", style="dim"))
+    people_console().print(Text(f"leaky: wrote {args.html}", style="dim"))
     return EXIT_OK
 
 
@@ -50,7 +50,7 @@ def cmd_runs(args) -> int:
 
     try:
         with open_store(args.store) as store:
-            Console(highlight=False).print(runs_table(store.runs(), args.store))
+            people_console().print(runs_table(store.runs(), args.store))
     except (StoreError, FileNotFoundError) as exc:
         error(str(exc))
         return EXIT_UNUSABLE
@@ -64,7 +64,7 @@ def cmd_show(args) -> int:
     try:
         with open_store(args.store) as store:
             run_id = resolve_run(store, args.run)
-            Console(highlight=False).print(show_run(store, run_id))
+            people_console().print(show_run(store, run_id))
     except (StoreError, FileNotFoundError) as exc:
         error(str(exc))
         return EXIT_UNUSABLE

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from leaky.report.format import num
+from leaky.report.terminal import WholeWords
 
 _VERDICT_STYLE = {"helps": "bold green", "no effect": "yellow", "hurts": "bold red", "not judged": "dim"}
 
@@ -94,7 +95,7 @@ def render_fix(console: Console, data: dict) -> None:
         console.print(Text(f"leaky fix: {len(serious)} finding(s), none with a mechanical fix to try.",
                            style="yellow"))
     else:
-        console.print(fix_table(data))
+        console.print(WholeWords(fix_table(data)))   # at 80 columns its words do not all fit
     for fix in data["fixes"]:
         change = fix["change"]
         if fix["verdict"] != "helps" or change is None:
