@@ -322,17 +322,24 @@ def _one_firing(steps: int, fires_at: int, ctx):
 def test_every_1_sees_a_unit_fire_at_any_step_and_counts_rates_every_10(tmp_path):
     """Whether a unit fired is taken at every sampled step (a unit that fires once, at a
     step whose rates are not counted, is alive until then); how often it fires, the input's
-    averages and the share of gradient elements an op zeroes are counted at most once every RATE_GAP steps in a watch, and at
-    every step in an audit."""
+    averages and the share of gradient elements an op zeroes are counted at every step in an
+    audit, and in a watch at every sampled step of the audit's window (the first
+    DENSE_RATE_STEPS: there `watch --every 1` counts what `audit` counts), then at most once
+    every RATE_GAP steps."""
     from leaky.record.activations import RATE_GAP
+    from leaky.record.recorder import DENSE_RATE_STEPS
 
-    units, inputs, arriving = _one_firing(30, 15, leaky.watch(every=1, store=tmp_path / "runs.db"))
-    assert units.last_active.tolist() == [-1, 15, -1]
-    assert units.samples == 30 * 8
-    assert units.counted == len(range(0, 30, RATE_GAP)) * 8       # steps 0, 10, 20
-    assert units.active.tolist() == [0, 0, 0]                      # step 15 fired but was not counted
-    assert inputs == {3 * 8}                                       # the input averages too
-    assert arriving == 3 * 8 * 3                                   # and the zeroed share's counts
+    counted = len(set(range(DENSE_RATE_STEPS)) | set(range(DENSE_RATE_STEPS, 50, RATE_GAP)))   # 0-19, 20, 30, 40
+    units, inputs, arriving = _one_firing(50, 35, leaky.watch(every=1, store=tmp_path / "runs.db"))
+    assert units.last_active.tolist() == [-1, 35, -1]
+    assert units.samples == 50 * 8
+    assert units.counted == counted * 8
+    assert units.active.tolist() == [0, 0, 0]                      # step 35 fired but was not counted
+    assert inputs == {counted * 8}                                 # the input averages too
+    assert arriving == counted * 8 * 3                             # and the zeroed share's counts
+
+    units, _, _ = _one_firing(50, 15, leaky.watch(every=1, store=tmp_path / "runs2.db"))
+    assert units.active.tolist() == [0, 8, 0]                      # inside the window: counted, as an audit would
 
     units, inputs, arriving = _one_firing(30, 15, leaky.audit(steps=None))
     assert units.last_active.tolist() == [-1, 15, -1]

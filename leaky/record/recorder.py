@@ -49,6 +49,12 @@ from leaky.stats import CutEvent
 # product overflows). Only the node types ops.layers registers; others are checked in full.
 
 
+# NOTE: a watch counts those rates on every sampled step of the audit's default window (the
+# first AuditConfig.steps = 20 steps), where their cost is paid once: over those steps
+# `watch --every 1` judges the same counts as `audit`, so a share near a threshold reads the
+# same (and gets the same severity) in both. After them, once every RATE_GAP steps.
+DENSE_RATE_STEPS = AuditConfig.steps
+
 _UNSET = object()
 
 
@@ -397,9 +403,10 @@ class Recorder(StepTracking):
 
     def _count_rates(self) -> bool:
         """Whether this step counts fire rates, flat samples, input averages and the share
-        of gradient elements each op zeroes (see RATE_GAP): always in an audit and a watch's
-        first audited steps, then at most once every RATE_GAP steps."""
-        if self.sample_every is None or self.step < self.dense_steps:
+        of gradient elements each op zeroes (see RATE_GAP): always in an audit, and in a
+        watch's first audited steps and on each of its sampled steps before DENSE_RATE_STEPS,
+        then at most once every RATE_GAP steps."""
+        if self.sample_every is None or self.step < max(self.dense_steps, DENSE_RATE_STEPS):
             return True
         last = self._rates_counted_at
         if last is None or last == self.step or self.step - last >= RATE_GAP:
