@@ -91,6 +91,16 @@ class AuditConfig:
     # One output in 20 is likely harm, one in 4 (the worst quarter never learns) an error.
     dead_zone_loss_warning: float = 0.05
     dead_zone_loss_error: float = 0.25
+    # LK106, the same clamp or step on the loss path weighed by the gradient it zeroes: the share
+    # of the arriving gradient's mass (Σ|g| over the observed steps) sent on as 0. A clamp on a
+    # BCE input zeroes few elements, but those past the bound on the wrong side carry gradients
+    # near 1/eps: 0.4-2% of the elements and > 99.9% of the mass. Where a clamp binds on harmless
+    # samples (targets near the bound, small gradients there) the mass share stays near the
+    # element share: 0.6-5.7% on clamped-output-range (seeds 0-2, 20-200 steps), 22-40% for
+    # dqn-clamped-td-small-rewards (already judged by its elements). A quarter of the signal is
+    # likely harm, half an error.
+    dead_zone_mass_warning: float = 0.25
+    dead_zone_mass_error: float = 0.5
     # LK301: a bounded output (sigmoid [0, 1], tanh [-1, 1], relu [0, inf)) regressed onto
     # targets is an error when more than this share of the targets' range lies outside its
     # bounds: then a part of the targets can never be reached (a ReLU head on standardised

@@ -59,6 +59,9 @@ class OpStats:
     subnormal_share: float | None = None  # ... share below the smallest normal number
     zero_steps: int = 0          # the steps whose zeroed elements were counted (all sampled ones, in an audit)
     loss_path: bool = False      # no layer between it and a loss: each element is one output (LK106)
+    # a clamp or step on the loss path: the share of the arriving gradient's mass (Σ|g|, summed
+    # over the steps counted) that it sent on as exactly 0 (None: not measured)
+    zeroed_mass_share: float | None = None
 
 
 @dataclass(frozen=True)

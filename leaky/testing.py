@@ -128,14 +128,16 @@ def op(*, site: int = 0, op: str = "linear", node: str | None = None, module: st
        grad_param: float | None = None, gain: float | None = None, zeroed_share: float | None = None,
        nonzero_in: float = 0.0, profile: tuple[float, ...] | None = None, detail: dict | None = None,
        out_rms: float | None = None, underflow_share: float | None = None,
-       subnormal_share: float | None = None, zero_steps: int | None = None, loss_path: bool = False) -> OpStats:
+       subnormal_share: float | None = None, zero_steps: int | None = None, loss_path: bool = False,
+       zeroed_mass_share: float | None = None) -> OpStats:
     """One op site. node defaults to a name made from the op ("ClampBackward0"); first_seq
     (its place in forward order) to the site number; zero_steps (the steps its zeros were
-    counted on) to steps; loss_path: no layer between it and the loss."""
+    counted on) to steps; loss_path: no layer between it and the loss; zeroed_mass_share: of
+    the gradient's mass arriving, the share it zeroed."""
     return OpStats(site, op, node if node is not None else _node_name(op), module, module_key, source,
                    site if first_seq is None else first_seq, steps, occurrences, grad_in, grad_out, grad_param,
                    gain, zeroed_share, nonzero_in, profile, dict(detail or {}), out_rms, underflow_share,
-                   subnormal_share, steps if zero_steps is None else zero_steps, loss_path)
+                   subnormal_share, steps if zero_steps is None else zero_steps, loss_path, zeroed_mass_share)
 
 
 def _node_name(name: str) -> str:

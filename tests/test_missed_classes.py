@@ -4,6 +4,8 @@ real optimizer: the broken case found at its line, and a healthy look-alike that
 - LK307: logits that reach the loss through a single-number scale (`head(h) / temperature`,
   `z @ prototypes.T / 0.1`, `logit_scale.exp() * head(h)`); quiet: a zero-init head divided
   by 0.1, CLIP-like normalised features.
+- LK106: a clamp on a BCE input zeroes 2% of the elements and ~all of the gradient's mass;
+  quiet: a clamped share regression whose clamp binds on harmless samples.
 - LK101: a gumbel-softmax at tau = 0.05 (soft and hard=True) is one-hot from step 0; quiet:
   tau annealed from 1.
 """
@@ -151,3 +153,56 @@ def test_a_gumbel_softmax_at_tau_005_is_one_hot_from_the_start(hard):
 def test_a_gumbel_softmax_annealed_from_tau_1_is_quiet():
     report = _train_codes(lambda logits, step: F.gumbel_softmax(logits, tau=max(0.5, math.exp(-0.05 * step))))
     assert _alarms(report, "LK101") == []
+
+
+# -- LK106: a dead zone judged by the gradient mass it zeroes -----------------------------------
+def _train_clamped(loss_of, scale: float, steps: int = 40):
+    """A linear model whose output is clamped to [0, 1] inside `loss_of(out, x, y)`; the audit."""
+    torch.manual_seed(0)
+    x = torch.randn(1024, 16)
+    y = (x[:, :3].sum(1, keepdim=True) > 0).float()
+    model = nn.Linear(16, 1)
+    with torch.no_grad():
+        model.weight.mul_(scale)
+        model.bias.fill_(0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with leaky.audit(steps=steps) as audit:
+        for step in range(steps):
+            rows = slice(64 * (step % 16), 64 * (step % 16 + 1))
+            loss = loss_of(model(x[rows]), x[rows], y[rows])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return audit
+
+
+def test_a_clamp_on_a_bce_input_drops_most_of_the_gradient_mass():
+    audit = _train_clamped(lambda out, x, y: F.binary_cross_entropy(torch.clamp(out, 0, 1), y), 0.7)  # CLAMP BCE
+    (finding,) = _alarms(audit.report, "LK106")
+    assert finding.source.line == _line("# CLAMP BCE") and finding.severity is Severity.ERROR
+    assert finding.evidence["zeroed_share"] < 0.05 < 0.99 < finding.evidence["zeroed_mass_share"]
+    assert "By gradient mass it drops 100%" in finding.message
+
+
+def test_a_clamp_that_binds_on_harmless_samples_is_quiet():
+    w = torch.randn(16, generator=torch.Generator().manual_seed(1)) / 4
+
+    def share_loss(out, x, y):   # a share in [0.05, 0.95]: the clamp binds where the target is near a bound
+        return F.mse_loss(torch.clamp(out, 0, 1), 0.05 + 0.9 * torch.sigmoid(x @ w)[:, None])
+    audit = _train_clamped(share_loss, 0.4)
+    assert _alarms(audit.report, "LK106") == []
+    (clamp,) = [op for op in audit.stats.ops if op.op == "clamp"]
+    assert 0 < clamp.zeroed_share < clamp.zeroed_mass_share < 0.05   # it binds, on small gradients
+
+
+def test_lk106_weighs_a_loss_path_clamp_by_its_gradient_mass_on_hand_built_stats():
+    from leaky.testing import op, stats
+    from tests.check_cases import fires, quiet
+
+    def clamp(mass):
+        return stats(steps=20, ops=(op(site=2, op="clamp", zeroed_share=0.02, nonzero_in=2000.0, loss_path=True,
+                                       zeroed_mass_share=mass),))
+    assert fires("LK106", clamp(0.3)).severity is Severity.WARNING
+    assert fires("LK106", clamp(0.999)).severity is Severity.ERROR
+    quiet("LK106", clamp(0.03))
+    quiet("LK106", clamp(None))

@@ -20,6 +20,12 @@ error, a clamped prediction) each element is one output of one sample, whose gra
 no other way back: a zeroed share s drops s of the outputs from the update
 (dead_zone_loss_warning). A selection there (where, masked_fill) is a mask, by design: it
 keeps the hidden threshold.
+
+On the loss path a clamp or step is also weighed by the gradient it zeroes: of the mass
+Σ|g| arriving, the share sent on as 0 (dead_zone_mass_warning). Few elements can carry most
+of it: `binary_cross_entropy(x.clamp(0, 1), y)` gives d/dp = (p − y) / max(p(1 − p), eps),
+near 1/eps at p = 0 with y = 1, so the 1.5% of outputs clamped on the wrong side hold nearly
+all of the gradient, and the clamp drops it: those samples never move back inside.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from leaky import ops
 from leaky.checks import register
 from leaky.checks._util import pct, severity_above
 from leaky.config import AuditConfig
-from leaky.finding import Finding
+from leaky.finding import Finding, Severity
 from leaky.ops.activations import BOUNDED, SOFTMAX_OF_ONE
 from leaky.ops.dead_zones import SELECT
 from leaky.stats import AuditStats, OpStats
@@ -47,13 +53,24 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         on_loss_path = op.loss_path and kind is not SELECT
         if on_loss_path:
-            severity = severity_above(share, config.dead_zone_loss_warning, config.dead_zone_loss_error)
+            severity = _worst(severity_above(share, config.dead_zone_loss_warning, config.dead_zone_loss_error),
+                              _by_mass(op, config))
         else:
             severity = severity_above(share, config.dead_zone_warning, config.dead_zone_error)
         if severity is None:
             continue
         findings.append(_finding(op, kind, share, severity, on_loss_path))
     return findings
+
+
+def _by_mass(op: OpStats, config: AuditConfig) -> Severity | None:
+    mass = op.zeroed_mass_share
+    return None if mass is None else severity_above(mass, config.dead_zone_mass_warning, config.dead_zone_mass_error)
+
+
+def _worst(a: Severity | None, b: Severity | None) -> Severity | None:
+    found = [s for s in (a, b) if s is not None]
+    return max(found, key=lambda s: s.rank) if found else None
 
 
 def _share(op: OpStats, kind: ops.Zone, flat: dict[int, float | None]) -> float | None:
@@ -86,10 +103,16 @@ def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: 
     if on_loss_path:
         message += ("It sits between the model's output and the loss, with no layer in between: each of these "
                     "elements is one output of one sample, and its whole learning signal is dropped.")
+        mass = op.zeroed_mass_share
+        if mass is not None and mass > share:
+            message += (f" By gradient mass it drops {pct(mass)} of the signal arriving (Σ|g| over the same steps): "
+                        "the few elements past its bounds carry the largest gradients, the ones that would bring them back "
+                        "inside.")
     else:
         message += "Nothing upstream of these elements learns from them."
     evidence = {"zeroed_share": share, "elements_reaching_loss": elements, "node": op.node,
                 "steps_counted": op.zero_steps or op.steps, "role": "loss_path" if on_loss_path else "hidden",
+                "zeroed_mass_share": op.zeroed_mass_share,
                 **op.detail}
     return Finding("dead-zone", "LK106", severity, message, kind.fix, op.module, op.op, op.source, None,
                    evidence)

@@ -41,6 +41,8 @@ class SiteSums:
     half_zero: float = 0.0               # low-precision gradients arriving: exact zeros,
     half_subnormal: float = 0.0          # ... subnormals,
     half_numel: int = 0                  # ... and their element count
+    mass_in: float = 0.0                 # a dead zone on the loss path: the arriving gradient's mass
+    mass_zeroed: float = 0.0             # (Σ|g|), and of it, what it sent on as exactly 0
 
 
 @dataclass
@@ -59,6 +61,8 @@ class SiteStep:
     half_zero: float = 0.0
     half_subnormal: float = 0.0
     half_numel: int = 0
+    mass_in: float = 0.0      # Σ|g| arriving (massed records only), and of it, what left as exactly 0
+    mass_zeroed: float = 0.0
     profile: list[tuple[int, float]] = field(default_factory=list)   # (creation order, norm in), when > 1 call
 
 
@@ -148,8 +152,12 @@ class StepFolder:
         half_zero = np.bincount(half_at, weights=halves[:, 0], minlength=n).tolist()
         half_subnormal = np.bincount(half_at, weights=halves[:, 1], minlength=n).tolist()
         half_numel = np.bincount(half_at, weights=table[half_rows, NUMEL_IN], minlength=n).astype(np.int64).tolist()
+        massed_rows, masses = host.all_masses()
+        massed_at = inverse[massed_rows]
+        mass_in = np.bincount(massed_at, weights=masses[:, 0], minlength=n).tolist()
+        mass_zeroed = np.bincount(massed_at, weights=masses[:, 1], minlength=n).tolist()
         columns = zip(sites.tolist(), *summed, occurrences.tolist(), to_acts, to_params, nonzero_in, zeroed, counted,
-                      half_zero, half_subnormal, half_numel)
+                      half_zero, half_subnormal, half_numel, mass_in, mass_zeroed)
         per_site = {site: SiteStep(*fields) for site, *fields in columns}
         repeated = occurrences[inverse] > 1
         if repeated.any():   # the per-occurrence profile of a site called more than once
@@ -168,6 +176,8 @@ class StepFolder:
         acc.half_zero += step.half_zero
         acc.half_subnormal += step.half_subnormal
         acc.half_numel += step.half_numel
+        acc.mass_in += step.mass_in
+        acc.mass_zeroed += step.mass_zeroed
         norm_in = math.sqrt(step.squared_in)
         norm_out = math.sqrt(step.squared_out) if step.sends_to_activations else None
         norm_param = math.sqrt(step.squared_param) if step.sends_to_params else None

@@ -122,7 +122,8 @@ class Assembly:
             detail=dict(site.detail), out_rms=builder.first_rms.get(site.index),
             underflow_share=acc.half_zero / acc.half_numel if acc.half_numel else None,
             subnormal_share=acc.half_subnormal / acc.half_numel if acc.half_numel else None,
-            zero_steps=acc.zero_steps, loss_path=site.loss_path)
+            zero_steps=acc.zero_steps, loss_path=site.loss_path,
+            zeroed_mass_share=min(1.0, acc.mass_zeroed / acc.mass_in) if acc.mass_in > 0 else None)
 
     def _activation_stats(self, site: int, units: UnitStats, by_site) -> ActivationStats:
         builder, config = self.builder, self.recorder.config

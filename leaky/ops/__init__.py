@@ -140,6 +140,14 @@ def counts_zeros(node: str) -> bool:
     return found is not None and found.counts_zeros
 
 
+def drops_outputs(op: str) -> bool:
+    """A clamp or a step: on the loss path each element it zeroes is one output's whole
+    signal, so LK106 weighs what it zeroes by the gradient mass too (not a mask: where and
+    masked_fill select by design)."""
+    found = rule(op)
+    return found is not None and found.zero is not None and found.zero.kind in ("clamp", "step")
+
+
 def loss_neutral(op: str) -> str | None:
     """What a neutral output layer scores on this loss (losses.py: classes, prior, mean)."""
     found = rule(op)

@@ -130,6 +130,14 @@ def _unchanged(taken: dict, grad: Tensor):
     return None
 
 
+def _mass(arriving: Tensor, sent: Tensor) -> tuple[Tensor, Tensor]:
+    """(Σ|g_in|, Σ|g_in| over the elements sent on as exactly 0): the gradient mass arriving
+    at an elementwise op, and the part of it the op zeroed (a clamp on a BCE input zeroes few
+    elements, but those past the bound on the wrong side carry gradients near 1/eps)."""
+    size = arriving.abs().float()
+    return size.sum(), size.masked_fill(sent != 0, 0.0).sum()
+
+
 # NOTE: underflow is judged against float32. float16's smallest normal is 2**-14 (6.1e-5)
 # and it flushes below 2**-24, where float32 holds values down to 1e-38 (and 1e-45
 # subnormal). bfloat16 has float32's exponent range: a bfloat16 gradient is 0 or subnormal
@@ -161,6 +169,9 @@ class GradientRecorder:
         self._fresh: dict[int, tuple | None] = {}
         self._accumulated: dict[int, object] = {}   # id(param) -> its post-accumulate hook handle
         self._distributed: bool | None = None      # torch.distributed running: looked up once a step
+        # sites of dead-zone ops on the loss path (record/loss_path.py, set at each sampled
+        # backward): their counted nodes also measure the gradient mass they zero (_mass)
+        self.mass_sites: set[int] = set()
         # sequence numbers of the nodes whose arriving gradient carries zeros on purpose: it
         # comes from a node that zeroes elements by design (a ReLU, a mask, a clamp), directly or
         # through nodes that only move values. Their zeros are not underflow.
@@ -341,6 +352,7 @@ class GradientRecorder:
                 values.append(self._sent_count(matched[0]))
             else:
                 values.append(torch.stack([self._sent_count(g) for g in matched]).max())
+        massed = counted and len(matched) == 1 and site in self.mass_sites
         half = not zeroing and arriving[0].dtype in _SMALL_RANGE and seq not in self._zero_fed
         if half:
             # NOTE: a dense gradient (not from a ReLU, a mask, a clamp...) has no exact zeros
@@ -350,5 +362,7 @@ class GradientRecorder:
             tiny = torch.finfo(g.dtype).tiny
             values.append(g.numel() - _count_nonzero(g))
             values.append(((g != 0) & (g.abs() < tiny)).sum())
+        if massed:
+            values.extend(_mass(arriving[0], matched[0]))
         self.buffer.records.append(
-            NodeRecord(site, seq, offset, len(arriving), len(acts), len(params), counted, numel_in, half))
+            NodeRecord(site, seq, offset, len(arriving), len(acts), len(params), counted, numel_in, half, massed))

@@ -32,10 +32,11 @@ class NodeRecord(NamedTuple):
     counted: bool       # whether nonzero counts were taken (elementwise node)
     numel_in: int
     half: bool = False  # low-precision counts follow: zeros and subnormals arriving
+    massed: bool = False   # gradient masses follow: Σ|g| arriving, and of it, what was sent on as 0
 
 
 # the columns of HostStep.table: NodeRecord's fields
-SITE, SEQ, OFFSET, N_IN, N_ACT, N_PARAM, COUNTED, NUMEL_IN, HALF = range(len(NodeRecord._fields))
+SITE, SEQ, OFFSET, N_IN, N_ACT, N_PARAM, COUNTED, NUMEL_IN, HALF, MASSED = range(len(NodeRecord._fields))
 
 
 class StepBuffer:
@@ -110,7 +111,8 @@ class HostStep:
     For each hook call (a NodeRecord) its values sit at `offset`: the norms of the gradients
     arriving, then of those sent to activations, then of those sent to parameters; then,
     when counted, the nonzero elements arriving and leaving; then, for a low-precision
-    gradient, its exact zeros and its subnormals."""
+    gradient, its exact zeros and its subnormals; then, when massed, the gradient mass
+    arriving and the part of it sent on as 0."""
 
     values: np.ndarray
     records: list[NodeRecord]
@@ -148,6 +150,13 @@ class HostStep:
         if not rec.half:
             return None
         at = self._end(rec) + (2 if rec.counted else 0)
+        return float(self.values[at]), float(self.values[at + 1])
+
+    def zeroed_mass(self, rec: NodeRecord) -> tuple[float, float] | None:
+        """(Σ|g| arriving, Σ|g| of the elements sent on as exactly 0), when massed."""
+        if not rec.massed:
+            return None
+        at = self._end(rec) + (2 if rec.counted else 0) + (2 if rec.half else 0)
         return float(self.values[at]), float(self.values[at + 1])
 
     def _end(self, rec: NodeRecord) -> int:
@@ -202,6 +211,17 @@ class HostStep:
         half = np.flatnonzero(layout[:, HALF])
         at = end[half] + 2 * layout[half, COUNTED]
         return (counted, self.values[end[counted, None] + (0, 1)], half, self.values[at[:, None] + (0, 1)])
+
+    def all_masses(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every massed record at once, what zeroed_mass gives one at a time: (rows, their
+        (arriving, zeroed) masses as an [n, 2] array)."""
+        layout = self.table()
+        massed = np.flatnonzero(layout[:, MASSED]) if len(layout) else np.zeros(0, dtype=np.int64)
+        if not len(massed):
+            return massed, np.zeros((0, 2))
+        rows = layout[massed]
+        at = rows[:, OFFSET] + rows[:, N_IN] + rows[:, N_ACT] + rows[:, N_PARAM] + 2 * rows[:, COUNTED] + 2 * rows[:, HALF]
+        return massed, self.values[at[:, None] + (0, 1)]
 
     @property
     def forward_bad(self) -> bool:

@@ -61,7 +61,10 @@ class StepTracking:
         if isinstance(tensor, Tensor) and tensor.grad_fn is not None and self.observing:
             sites, leaves = loss_path_sites(tensor.grad_fn, self._mark)
             for site in sites:
-                self.sites.sites[site].loss_path = True
+                info = self.sites.sites[site]
+                info.loss_path = True
+                if ops.drops_outputs(info.op):
+                    self.grads.mass_sites.add(site)
             self.leaves.on_loss_path(leaves)
         if self.backward_at is None:
             self.backward_at = self.locator.locate()
