@@ -7,8 +7,11 @@ problem at the step it first appears.
 
 Every step costs a loss, a total gradient norm and a learning rate, kept on the device and
 copied to the host in batches. Every `every` steps the full audit instruments run for one
-step; after it the checks run on everything seen so far (at most once every CHECK_GAP
-steps), and new findings are announced once and stored. The store is optional in Python and the default on the command line.
+step, the audit's one-time probes included (LK306's batch probe, the re-check of custom
+autograd Functions, the first loss, the raw inputs), each on the first sampled step where
+it applies; after it the checks run on everything seen so far (at most once every CHECK_GAP
+steps), and new findings are announced once and stored. At `every=1` a watch reaches the
+verdict of an audit over the same steps (tests/test_commands_agree.py). The store is optional in Python and the default on the command line.
 """
 from __future__ import annotations
 

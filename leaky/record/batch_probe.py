@@ -1,6 +1,7 @@
 """LK306's probe: does the model's output for one sample depend on other samples?
 
-Once per root model, for its first call that builds a graph (in an audit), the forward
+Once per root model, for its first call that builds a graph (in an audit, or on a
+watch's sampled steps: its first step, at any `every`), the forward
 runs again on a copy of the same inputs, at the end of that step (the step's own graph
 is gone by then), and backprop charts the dependencies. For one output
 row i (a random cotangent on it), the gradient with respect to the whole input batch must

@@ -104,7 +104,7 @@ class Recorder(StepTracking):
         self.probes = ForwardProbes(("leaky", id(self)), self.provenance.origin_of)
         self.functions = FunctionWatch(self)
         self.batch = BatchProbe(self.left_out, self.modules.key_of, self.locator.locate)
-        if config.batch_probe and sample_every is None:
+        if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
         self.cuts: dict[tuple, CutEvent] = {}
