@@ -98,7 +98,7 @@ def test_a_watch_announcement_keeps_the_indent_after_its_step():
     lines = rendered.splitlines()
     assert lines[0].startswith("step 300: ERROR   LK102 dead-units")
     assert len(lines) > 4 and all(line.startswith(" " * INDENT) for line in lines[1:])
-    assert str(finding_renderable(finding)).startswith("ERROR   LK102 dead-units")   # plain text, as testing.py reads it
+    assert str(finding_renderable(finding)).startswith("ERROR   LK102 dead-units")   # plain, as testing.py reads it
 
 
 def test_into_a_pipe_nothing_is_wrapped(report, monkeypatch):
