@@ -151,3 +151,20 @@ def test_the_fix_table_cuts_no_word_at_any_width(fix_data, width):
     assert all(len(line) <= width for line in rendered.splitlines())
     assert not cut_words(rendered, table_texts(fix_table(fix_data)))
     assert ("┃" in rendered) == (width > 80)       # a table where it fits, blocks where it does not
+
+
+def test_leaky_show_keeps_a_stored_finding_s_lines_under_its_heading(tmp_path):
+    import leaky
+    from leaky.report.runs import show_run
+    from leaky.store import Store
+
+    with leaky.watch(every=2, store=tmp_path / "runs.db") as run:
+        get("sigmoid-big-init").run(steps=10, seed=0)
+    with Store(str(tmp_path / "runs.db")) as store:
+        rendered = on_terminal(show_run(store, run.run_id))
+    listing = rendered.split("findings, in the order they appeared")[1].splitlines()[1:]
+    headings = [n for n, line in enumerate(listing) if line.startswith("step ")]
+    assert len(headings) >= 2 and headings[0] == 0
+    wrapped = [line for line in listing if line and not line.startswith("step ")]
+    assert len(wrapped) > 3 * len(headings)     # more lines than message, change and fix: some wrapped
+    assert all(line.startswith("    ") and line[4] != " " for line in wrapped), "\n".join(listing)

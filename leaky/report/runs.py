@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from leaky.report.format import SEVERITY_STYLE, num, run_status, when
+from leaky.report.terminal import Hanging
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -87,23 +88,25 @@ def show_run(store, run_id: int) -> Group:
     if steps:
         timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}\n")
         timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}")
-    listing = Text(f"\nfindings, in the order they appeared ({len(findings)}):\n" if findings
-                   else "\nno findings.\n", style="bold")
+    listing = [Text(f"\nfindings, in the order they appeared ({len(findings)}):" if findings
+                    else "\nno findings.\n", style="bold")]
     for f in findings:
         where = " · ".join(x for x in (f.get("module"), f.get("op")) if x)
         if f.get("source"):
             where += f" ({os.path.basename(f['source']['file'])}:{f['source']['line']})"
-        listing.append(f"step {f['first_step']}", style="bold")
-        listing.append(f" (last seen {f['last_step']}) ", style="dim")
-        listing.append(f"{f['severity'].upper()} ", style=SEVERITY_STYLE.get(f["severity"], ""))
-        listing.append(f"{f['code']} {f['name']}  ", style="bold")
-        listing.append(where + "\n", style="dim")
-        listing.append(f"    {f['message']}\n")
+        text = Text()
+        text.append(f"step {f['first_step']}", style="bold")
+        text.append(f" (last seen {f['last_step']}) ", style="dim")
+        text.append(f"{f['severity'].upper()} ", style=SEVERITY_STYLE.get(f["severity"], ""))
+        text.append(f"{f['code']} {f['name']}  ", style="bold")
+        text.append(where, style="dim")
+        text.append(f"\n    {f['message']}")
         cause = f.get("cause")
         if cause:
-            listing.append(f"    change: {os.path.basename(cause['file'])}:{cause['line']}, {cause['what']}\n")
-        listing.append(f"    fix: {f['fix']}\n")
-    return Group(head, timeline, listing)
+            text.append(f"\n    change: {os.path.basename(cause['file'])}:{cause['line']}, {cause['what']}")
+        text.append(f"\n    fix: {f['fix']}")
+        listing.append(Hanging(text, indent=4))     # wrapped lines stay under the heading
+    return Group(head, timeline, *listing)
 
 
 def _first(values):

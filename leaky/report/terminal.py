@@ -38,12 +38,12 @@ def people_console(stderr: bool = False, file=None) -> Console:
 
 
 class Hanging:
-    """Text whose lines after the first, and every line it wraps into, start INDENT columns
+    """Text whose lines after the first, and every line it wraps into, start `indent` columns
     in. Where the console does not wrap (soft wrap: a pipe), it prints as the Text: its own
     lines keep the indent they were written with, and none is cut. `str()` is its plain text."""
 
-    def __init__(self, text: Text) -> None:
-        self.text = text
+    def __init__(self, text: Text, indent: int = INDENT) -> None:
+        self.text, self.indent = text, indent
 
     def __str__(self) -> str:
         return self.text.plain
@@ -52,10 +52,10 @@ class Hanging:
         return Measurement.get(console, options, self.text)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions):
-        if options.no_wrap or options.max_width <= 2 * INDENT:
+        if options.no_wrap or options.max_width <= 2 * self.indent:
             yield self.text
             return
-        pad, lines = Text(" " * INDENT), []
+        pad, lines = Text(" " * self.indent), []
         for number, line in enumerate(self.text.split("\n", allow_blank=True)):
             if number == 0:          # the heading: its first line takes the whole width
                 first = line.wrap(console, options.max_width)[0]
@@ -63,7 +63,7 @@ class Hanging:
                 line = line[len(first.plain):]
             line = line[len(line.plain) - len(line.plain.lstrip(" ")):]
             if line.plain or number > 0:
-                lines.extend(pad + piece for piece in line.wrap(console, options.max_width - INDENT))
+                lines.extend(pad + piece for piece in line.wrap(console, options.max_width - self.indent))
         yield from Text("\n").join(lines).render(console, end=self.text.end)
 
 
