@@ -94,6 +94,7 @@ class ActivationStats:
     # row's 1 - 1/n, and the mean of that share over the rows (rows with one possible entry left out)
     first_flat_share: float | None = None
     first_jacobian_share: float | None = None
+    ran_steps: int | None = None   # the observed steps at which this site ran (None: every observed step)
 
 
 @dataclass(frozen=True)

@@ -129,9 +129,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     for act in stats.activations:
         if act.dead_units is None or not act.units:
             continue
-        window_samples = act.samples * act.window // max(stats.steps, 1)
-        # NOTE: samples are counted over all steps; per step they are the same, so this is
-        # the number of samples of one unit in the trailing window.
+        window_samples = act.samples * act.window // max(act.ran_steps or stats.steps, 1)
+        # NOTE: samples are counted over the steps this layer ran at; per step they are the
+        # same, so this is the number of samples of one unit in the trailing window.
         if window_samples < config.dead_min_samples:
             continue
         share = act.dead_units / act.units

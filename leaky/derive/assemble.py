@@ -133,7 +133,7 @@ class Assembly:
             merged = builder.global_units[site]
             host.update({k: v.detach().cpu().double().numpy() for k, v in merged.items() if k not in ("samples", "counted")})
             units = _with_samples(units, merged["samples"], merged["counted"])
-        clean = [s for s in builder.sample_steps if builder.first_bad_step is None or s < builder.first_bad_step]
+        clean = _ran_clean(units, builder.sample_steps, builder.first_bad_step)
         window = max(1, min(config.dead_window_steps, math.ceil(len(clean) / 2)))
         dead, died, seen_dead, span = None, (), (), None
         if host["last_active"] is not None and clean:
@@ -154,7 +154,8 @@ class Assembly:
         return ActivationStats(site, op.op, units.activation.family, op.module, op.source, units.units,
                                units.samples, dead, died, window, flat_share, stuck,
                                median_from_hist(host["hist"]), peaked, dict(units.detail),
-                               _histogram(host, units), seen_dead, span, first_flat, first_share)
+                               _histogram(host, units), seen_dead, span, first_flat, first_share,
+                               ran_steps=units.ran_count or None)
 
     def _param_stats(self):
         owners = self.params.owners()
@@ -260,6 +261,17 @@ def _histogram(host: dict, stats: UnitStats) -> dict | None:
     if host["active"] is not None and stats.counted:
         rates = host["active"] / stats.counted
         counts, edges = np.histogram(rates, bins=20, range=(0.0, 1.0))
+def _ran_clean(units: UnitStats, observed, first_bad: int | None) -> list[int]:
+    """The observed steps before the first non-finite one at which this site ran: a layer
+    that was not run at a step (trained first, then left alone; a branch taken now and then)
+    says nothing there about its units. The steps a site ran at that were not observed in
+    detail (a watch's unsampled steps) do not count."""
+    ran = set(units.ran) if units.ran else None
+    # NOTE: only the last RAN_KEPT steps a site ran at are kept: before those, assume it ran
+    before = units.ran[0] if units.ran and units.ran_count > len(units.ran) else -1
+    return [s for s in observed if (first_bad is None or s < first_bad) and (ran is None or s in ran or s < before)]
+
+
         return {"kind": "fire_rate", "edges": edges.tolist(), "counts": counts.tolist(),
                 "never": int((host["active"] == 0).sum())}
     return None

@@ -9,6 +9,7 @@ size or with steps.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +37,10 @@ PENDING_LIMIT = 16   # a site's per-call fire counts (or outputs, SHARES_HELD) k
 # calls per site a step, not per time step. Autograd saves these outputs for the backward
 # anyway, so keeping them costs memory only between the backward and the step's end.
 SHARES_HELD = 1 << 22
+# NOTE: the last RAN_KEPT steps at which a site ran are kept (a constant per site): a unit is
+# judged dead only over the steps where its layer ran (a layer trained first and then no
+# longer run is not silent, only idle), and its window is counted in those steps.
+RAN_KEPT = 4096
 # NOTE: a ReLU's fire counts (a sign and a sum) cost two tensor calls per call, 30-40 µs in
 # place on a small output, where the arithmetic is nothing. An output below HOLD_BELOW
 # elements is kept instead (autograd saves a ReLU's output for its backward anyway) and
@@ -84,9 +89,14 @@ class UnitStats:
     outputs_step: int = -1
     held: list = field(default_factory=list)      # this step's small outputs (and versions) not yet counted (count_held)
     held_step: int = -1
+    ran: deque = field(default_factory=lambda: deque(maxlen=RAN_KEPT))   # the last steps this site ran at
+    ran_count: int = 0                    # ... and how many steps it ran at in all
 
     def update(self, out: Tensor, step: int, count: bool = True) -> None:
         """Fold one call's output; `count`: also count fire rates and flat samples."""
+        if not self.ran or self.ran[-1] != step:
+            self.ran.append(step)
+            self.ran_count += 1
         x = out.detach()
         if self.activation.rows:
             if count:
