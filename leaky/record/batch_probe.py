@@ -57,6 +57,7 @@ ROOTS = 4             # root models probed per audit
 TRIES = 8             # calls of one root tried while none gives a batch to compare (a batch of one)
 CAPTURED = 2048       # intermediate tensors kept while looking for where the mixing starts
 UNMATCHED = "no dim of the output of size 2 or more has the size of the input's batch dim"
+ONE_SAMPLE = "the loss is taken over one sample at a time (a batch of one): there is no batch to mix"
 _ROUTER = re.compile(r"moe|mixture|expert|router|routing", re.IGNORECASE)
 
 
@@ -98,6 +99,7 @@ class BatchProbe:
         self._dims: dict[int, tuple[int, ...]] = {}
         self._pending: list[tuple] = []
         self._skipped: set[int] = set()   # roots without parameters: never probed, not looked at again
+        self._loss_rows: set[int] = set()   # this step's losses: the rows each averages over
 
     def after_call(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if len(self._seen) >= ROOTS or id(module) in self._seen or id(module) in self._skipped \
@@ -118,6 +120,12 @@ class BatchProbe:
             return   # a batch of one (a DQN acting on one observation): probe a later call
         self._pending.append((module, inner, dims, snapshot(args), snapshot(kwargs or {})))
 
+    def note_loss(self, x: Any) -> None:
+        """A loss call while a model call waits: the rows it averages over (its input's dim 0),
+        the evidence of how large a batch is (see _admissible)."""
+        if isinstance(x, Tensor) and x.ndim >= 1:
+            self._loss_rows.add(int(x.shape[0]))
+
     @property
     def waiting(self) -> bool:
         """A model call is noted and waits for its step's end."""
@@ -126,15 +134,29 @@ class BatchProbe:
     def run_pending(self) -> None:
         """Probe the calls noted during the step that just ended."""
         pending, self._pending = self._pending, []
+        rows, self._loss_rows = self._loss_rows, set()
         for module, inner, dims, args, kwargs in pending:
             tries = self._tries[id(module)] = self._tries.get(id(module), 0) + 1
             record = MixingRecord(self.key_of(module))
-            with self.left_out():
-                _probe(inner, args, kwargs, dims, record, self.key_of, self.locate)
-            if record.note == UNMATCHED and tries < TRIES:
-                continue   # no output dim matched: maybe a later call's will
+            if rows and max(rows) == 1:
+                record.note = ONE_SAMPLE   # nothing to mix; the probe need not run
+            else:
+                with self.left_out():
+                    _probe(inner, args, kwargs, dims, record, self.key_of, self.locate, _admissible(rows))
+            if record.note in (UNMATCHED, ONE_SAMPLE) and tries < TRIES:
+                continue   # no output dim matched, or a batch of one: maybe a later call's will
             self._seen.add(id(module))
             self.records.append(record)
+
+
+def _admissible(rows: set[int]) -> Callable[[int], bool]:
+    """Which sizes a batch dim can have, by the step's losses: a loss averages over the
+    batch's rows, or over batch × time once flattened (B·T), so a batch of N rows divides
+    the rows of some loss. A loss over one row is a batch of one (a seq2seq model trained
+    one pair at a time): its hidden size is no batch. No loss seen: any size."""
+    if not rows:
+        return lambda size: True
+    return lambda size: any(r % size == 0 for r in rows)
 
 
 def _tensors(value: Any, depth: int = 2) -> list[Tensor]:
@@ -234,12 +256,13 @@ class _Verdict:
     causal: bool = False  # mixed, but row 0 depends on no other row: the mark of a time dim
 
 
-def _judge_dim(out: Tensor, point: Tensor, pd: int) -> _Verdict | None:
+def _judge_dim(out: Tensor, point: Tensor, pd: int, admissible: Callable[[int], bool] = lambda size: True
+               ) -> _Verdict | None:
     """The point's dim `pd` against every output dim of its size N >= 2, at rows 0 and
     N - 1: clean if one pair keeps both rows apart; else mixed, and causal when row 0 of
     every related pair depends on no other row (a recurrence over time: h_t sees x_<=t).
-    None when no pair relates them."""
-    if pd >= point.ndim:
+    None when no pair relates them, or the dim's size cannot be the batch's (admissible)."""
+    if pd >= point.ndim or not admissible(point.shape[pd]):
         return None
     pairs = sorted(((pd, od) for od in range(out.ndim) if point.shape[pd] == out.shape[od] >= 2),
                    key=lambda p: (p[0] != p[1], p))   # same position first: (0, 0) is the usual batch
@@ -263,16 +286,20 @@ def _judge_dim(out: Tensor, point: Tensor, pd: int) -> _Verdict | None:
     return worst
 
 
-def _judge(out: Tensor, point: Tensor, time_major: bool) -> _Verdict | None:
+def _judge(out: Tensor, point: Tensor, time_major: bool, admissible: Callable[[int], bool] = lambda size: True
+           ) -> _Verdict | None:
     """Mixed iff the batch dim of the input mixes. The batch is dim 0, unless dim 0 mixes
     only causally (a time dim: a hand-written time-major recurrence) or the model has a
-    time-major module: then dim 1 is judged as the batch too, and decides."""
-    first = _judge_dim(out, point, 0)
+    time-major module: then dim 1 is judged as the batch too. Dim 1 decides when it keeps
+    its rows apart (a time-major model), when dim 0 is a time dim (causal), or when dim 0
+    cannot be the batch; when both mix and dim 0 is no time dim, dim 0 is the batch that
+    mixes (a `view` that scattered a batch-first input over time: the batch is its B)."""
+    first = _judge_dim(out, point, 0, admissible)
     if first is not None and not first.mixed:
         return first
     if (first is not None and first.causal) or time_major:
-        second = _judge_dim(out, point, 1)
-        if second is not None:
+        second = _judge_dim(out, point, 1, admissible)
+        if second is not None and (first is None or first.causal or not second.mixed):
             return second
     return first
 
@@ -332,7 +359,7 @@ def _module_stack():
 
 
 def _probe(model: nn.Module, args: tuple, kwargs: dict, dims: tuple[int, ...], record: MixingRecord, key_of,
-           locate) -> None:
+           locate, admissible: Callable[[int], bool] = lambda size: True) -> None:
     params = list(model.parameters())
     devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
     names = {id(m): path for path, m in model.named_modules()}
@@ -358,7 +385,7 @@ def _probe(model: nn.Module, args: tuple, kwargs: dict, dims: tuple[int, ...], r
             time_major = len(dims) > 1
             for out in outs:
                 for leaf, where in leaves:
-                    verdict = _judge(out, leaf, time_major)
+                    verdict = _judge(out, leaf, time_major, admissible)
                     if verdict is None:
                         continue
                     record.judged = True

@@ -304,6 +304,8 @@ class Recorder(StepTracking):
         if floating and not traits.selects:
             self._check_finite(op, first_site, args, kwargs, outputs, traits)
         self.probes.observe(op, first_site, args, kwargs, self._count_rates(), out, traits)
+        if traits.loss is not None and self.batch.waiting and args:
+            self.batch.note_loss(args[0])
         if traits.activation is not None and floating:
             self._update_units(first_site, traits.activation, out, op, args, kwargs)
         if traits.matmul:
