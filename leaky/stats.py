@@ -153,6 +153,18 @@ class CastStats:
     """Where parameters or ops were put in float16/bfloat16."""
 
     kind: str                     # "module" (Module.half() / .to(dtype)) | "autocast"
+    name: str | None = None       # the variable the script assigned it to where it was built (`optimizer`)
+
+
+@dataclass(frozen=True)
+class UnsteppedOptimizer:
+    """An optimizer built during the run whose step() never ran, and the trained parameters
+    it holds (that no optimizer that stepped holds)."""
+
+    kind: str                     # "Adam", "SGD", ...
+    source: Source | None         # where it was constructed
+    name: str | None              # the variable the script assigned it to there (`decoder_optimizer`)
+    params: tuple[str, ...]       # ParamStats.name of the parameters it holds
     dtype: str                    # "float16" | "bfloat16"
     source: Source | None
     target: str                   # the module's class name, or the autocast device
@@ -343,6 +355,7 @@ class AuditStats:
     # steps whose loss was the first after weights outside every optimizer changed (a synced target network)
     target_syncs: tuple[int, ...] = ()
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
+    unstepped_optimizers: tuple[UnsteppedOptimizer, ...] = ()   # built, holding trained parameters, never stepped
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
     batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed
 

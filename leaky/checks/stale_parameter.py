@@ -39,11 +39,20 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if not param.grad_steps or not param.grad_norm:
             continue
         if not param.in_optimizer:
-            orphans[param.module].append(param)
+            # NOTE: on two steps at least: a watch's check pass can follow the first optimizer's
+            # step of a step before a second optimizer (a decoder's) has stepped at all
+            if param.grad_steps >= 2:
+                orphans[param.module].append(param)
         elif (param.graded_update_steps >= config.stale_min_steps
               and param.zero_update_steps == param.graded_update_steps):
             unchanged[param.module].append(param)
-    findings = [_orphan(module, params, stats) for module, params in orphans.items()]
+    held = {name: idle for idle in stats.unstepped_optimizers for name in idle.params}
+    findings = [_never_stepped(idle, [p for ps in orphans.values() for p in ps if held.get(p.name) is idle], stats)
+                for idle in stats.unstepped_optimizers]
+    findings = [f for f in findings if f is not None]
+    orphans = {module: kept for module, params in orphans.items()
+               if (kept := [p for p in params if p.name not in held])}
+    findings += [_orphan(module, params, stats) for module, params in orphans.items()]
     findings += [_unchanged(module, params, stats, config) for module, params in unchanged.items()]
     findings += [_cleared(index, params, stats) for index, params in cleared.items()]
     return findings
@@ -69,6 +78,44 @@ def _names(params) -> str:
     return ", ".join(p.name for p in params)
 
 
+def _never_stepped(idle, params: list[ParamStats], stats: AuditStats) -> Finding | None:
+    """Parameters held by an optimizer that was built and never stepped: one finding for
+    that optimizer, at the line that built it, named as the script names it."""
+    if not params:
+        return None
+    name = f"`{idle.name}`" if idle.name else f"the {idle.kind} optimizer"
+    where = f" built at {line_of(idle.source)}" if idle.source else ""
+    modules = sorted({p.module for p in params if p.module})
+    shown = ", ".join(modules[:6]) + (" and others" if len(modules) > 6 else "") if modules else _names(params[:6])
+    message = (f"the parameters of {shown} ({len(params)} tensors, last gradient norm up to "
+               f"{max(p.grad_norm or 0.0 for p in params):.3g}) receive gradients, but the only optimizer that "
+               f"holds them is {name} ({idle.kind}){where}, and its step() is never called, so no step changes "
+               "them.")
+    stepped = [o for o in stats.optimizers if o.step_source is not None]
+    call = f"{idle.name}.step()" if idle.name else "its step()"
+    if stepped:
+        other = stepped[0]
+        beside = f"{other.name}.step()" if other.name else f"the {other.kind}'s step()"
+        fix = f"Call {call} after loss.backward(), where {beside} is called ({line_of(other.step_source)})."
+    else:
+        fix = f"Call {call} after loss.backward()."
+    return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix,
+                   modules[0] if len(modules) == 1 else _common(modules), None, idle.source, None,
+                   {"parameters": [p.name for p in params], "modules": modules,
+                    "cause": "optimizer never stepped", "optimizer": idle.name or idle.kind})
+
+
+def _common(modules: list[str]) -> str | None:
+    """The module all these modules sit in (`decoder` for decoder.gru and decoder.out)."""
+    parts = [m.split(".") for m in modules]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common) or None
+
+
 def _orphan(module, params, stats: AuditStats) -> Finding:
     message = (f"{_names(params)} receive gradients (last norm {params[0].grad_norm:.3g}) but are in no "
                "optimizer's param groups, so no step ever changes them: typically a layer replaced or "
@@ -83,8 +130,13 @@ def _orphan(module, params, stats: AuditStats) -> Finding:
         source = built
         if built is not None:
             message += f" The optimizer built at {line_of(built)} was not given them."
+    holder = stats.optimizers[0].name if len(stats.optimizers) == 1 and stats.optimizers[0].name else "optimizer"
+    root = params[0].root
+    # NOTE: with several models, module names start with the variable that holds each one
+    # (`decoder.gru`); with one, they start below the model, whose variable is not known here
+    path = module if root and (module == root or str(module).startswith(root + ".")) else f"model.{module}"
     fix = ("Build the optimizer after the model is final, or add the group: "
-           f"optimizer.add_param_group({{'params': model.{module}.parameters()}})" if module else
+           f"{holder}.add_param_group({{'params': {path}.parameters()}})" if module else
            "Build the optimizer after the model is final, or add the missing parameters with "
            "optimizer.add_param_group(...).")
     return Finding("stale-parameter", "LK201", Severity.ERROR, message, fix, module, None, source, None,

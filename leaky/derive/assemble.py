@@ -19,7 +19,7 @@ import torch
 
 from leaky.derive.accumulate import SiteSums
 from leaky.derive.modules import module_table
-from leaky.derive.origins import cast_stats_of, optimizer_stats_of
+from leaky.derive.origins import cast_stats_of, optimizer_stats_of, unstepped_optimizers
 from leaky.derive.recurrence import RadiusCache, find_recurrences
 from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
 from leaky.stats import (ActivationStats, AuditStats, BatchMixingStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
@@ -46,7 +46,9 @@ class Assembly:
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
         by_site = {op.site: op for op in ops}
         activations = tuple(self._activation_stats(site, units, by_site) for site, units in rec.units.items())
-        params = tuple(self._param_stats())
+        pairs = list(self._param_stats())
+        params = tuple(p for _, p in pairs)
+        orphans = {pid: p.name for pid, p in pairs if p.grad_steps and not p.in_optimizer}
         if builder.radius_cache is None:
             builder.radius_cache = RadiusCache()
         recurrences = tuple(find_recurrences(self.modules, rec.feedback.param_uses, by_site, self.params.owners(),
@@ -72,6 +74,7 @@ class Assembly:
             sample_steps=tuple(builder.sample_steps), carried_steps=dict(builder.carried_steps),
             carry_checked=dict(builder.carry_checked), optimizer_modules=self._optimizer_modules(),
             idle_optimizer=idle, optimizers=optimizer_stats_of(self.origins, rec.optimizers),
+            unstepped_optimizers=unstepped_optimizers(self.origins, rec.optimizers, orphans) if orphans else (),
             casts=cast_stats_of(self.origins), idle_source=_source(rec._idle_at() if idle else None),
             coupled_optimizers=frozenset(rec.coupling.pairs), target_syncs=tuple(rec.moving.syncs),
             compiled_modules=frozenset(name(key) for key in rec.compiled.module_keys),
@@ -162,7 +165,7 @@ class Assembly:
         seen = set()
         for pid, (key, pname, param) in owners.items():
             seen.add(pid)
-            yield self._one_param(pid, param, key, pname)
+            yield pid, self._one_param(pid, param, key, pname)
         # NOTE: an optimizer's tensors that no module owns are named by their shape; two of
         # one shape are told apart in the order the optimizers hold them.
         shapes: dict[str, int] = defaultdict(int)
@@ -170,7 +173,7 @@ class Assembly:
             if pid not in seen:
                 label = f"<param {tuple(param.shape)}>"
                 shapes[label] += 1
-                yield self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
+                yield pid, self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
 
     def _one_param(self, pid, param, key, pname) -> ParamStats:
         builder, table = self.builder, self.params

@@ -3,7 +3,12 @@ it was built, stepped and zeroed, its scheduler and its learning rates; and the
 low-precision casts."""
 from __future__ import annotations
 
-from leaky.stats import CastStats, OptimizerStats, SchedulerStats, _source
+import linecache
+import re
+
+from leaky.stats import CastStats, OptimizerStats, SchedulerStats, UnsteppedOptimizer, _source
+
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=[^=]")
 
 
 def optimizer_stats_of(origins, optimizers: list) -> tuple[OptimizerStats, ...]:
@@ -19,9 +24,34 @@ def optimizer_stats_of(origins, optimizers: list) -> tuple[OptimizerStats, ...]:
         lr_range = tuple(origin.lr_range.get(g) for g in range(len(optimizer.param_groups)))
         result.append(OptimizerStats(index, origin.kind, _source(origin.where), _source(origin.step_at), zeroing,
                                      origin.cleared_steps, _source(origin.cleared_at), origin.lrs, lr_range,
-                                     scheduler, origin.closure_calls))
+                                     scheduler, origin.closure_calls, assigned_name(origin.where)))
+    return tuple(result)
+
+
+def unstepped_optimizers(origins, stepped: list, names: dict[int, str]) -> tuple[UnsteppedOptimizer, ...]:
+    """The optimizers built during the run, still alive, that never stepped, with the trained
+    parameters they hold (`names`: parameter id -> its ParamStats name, for the parameters
+    that got a gradient and that no optimizer that stepped holds)."""
+    ran = {id(optimizer) for optimizer in stepped}
+    result = []
+    for ref, origin in list(origins.optimizers.values()):
+        optimizer = ref()
+        if optimizer is None or id(optimizer) in ran:
+            continue
+        held = tuple(names[id(p)] for group in optimizer.param_groups for p in group["params"] if id(p) in names)
+        if held:
+            result.append(UnsteppedOptimizer(origin.kind, _source(origin.where), assigned_name(origin.where), held))
     return tuple(result)
 
 
 def cast_stats_of(origins) -> tuple[CastStats, ...]:
+def assigned_name(where: tuple | None) -> str | None:
+    """The variable a line assigns to (`decoder_optimizer = optim.SGD(...)`), to name an
+    object as the script does; None when the line is no plain assignment."""
+    if not where or not where[0]:
+        return None
+    found = _ASSIGNED.match(linecache.getline(where[0], where[1]))
+    return found.group(1) if found else None
+
+
     return tuple(CastStats(c.kind, c.dtype, _source(c.where), c.target) for c in origins.casts.values())
