@@ -104,7 +104,7 @@ def without_remedy(findings: list[Finding], candidates: list[Candidate]) -> list
     return [f for f in findings if f.severity.value != "info" and id(f) not in covered]
 
 
-def _short(source) -> str:
+def short_place(source) -> str:
     rel = os.path.relpath(source.file)
     return f"{source.file if rel.startswith('..') else rel}:{source.line}"
 
@@ -115,7 +115,7 @@ def _param(path: str, name: str, context: Context) -> str:
 
 
 # -- dead-zone: a straight-through estimator at the line ---------------------------------
-def _straight_through(op: str) -> tuple[frozenset[str], bool] | None:
+def straight_through_ops(op: str) -> tuple[frozenset[str], bool] | None:
     """(the spellings replaced at the line, whether it is a clamp) for an op `leaky fix` can
     pass the gradient straight through (ops: replacement ops.STRAIGHT_THROUGH); not in place."""
     rule = ops.rule(op)
@@ -143,7 +143,7 @@ def dead_zone(finding: Finding, context: Context) -> list[Candidate]:
                                                                                   what)], [path],
                           [lambda: edits.snippet(f"# in place of the nn.{module.module} at {path}, in forward():\n"
                                                  "x = x + (F.hardtanh(x, lo, hi) - x).detach()")])]
-    straight = _straight_through(finding.op) if finding.source is not None else None
+    straight = straight_through_ops(finding.op) if finding.source is not None else None
     if straight is None:
         return []
     file, line = finding.source.file, finding.source.line
@@ -167,7 +167,7 @@ def dead_zone(finding: Finding, context: Context) -> list[Candidate]:
 
     return [Candidate(("ste", file, line), what, [finding],
                       [lambda: rt.OpAtLine(file, line, set(names), rt.straight_through, ops.STRAIGHT_THROUGH)],
-                      [_short(finding.source)], [lambda: edits.rewrite_call(file, line, set(names), rewrite)],
+                      [short_place(finding.source)], [lambda: edits.rewrite_call(file, line, set(names), rewrite)],
                       note=note)]
 
 
@@ -215,7 +215,7 @@ def _leaky_relu(finding: Finding, context: Context) -> Candidate | None:
     return Candidate(("leaky-relu",), what, [finding],
                      [lambda: rt.OpAtLine(file, line, set(relu.spellings), lambda f, a, k: F.leaky_relu(a[0], 0.01),
                                           what)],
-                     [_short(finding.source)],
+                     [short_place(finding.source)],
                      [lambda: edits.rewrite_call(file, line, {relu.name}, lambda source, node:
                                                  f"torch.nn.functional.leaky_relu({edits.operand(source, node)}, 0.01)")])
 
@@ -232,13 +232,18 @@ def feeding_layer(stats: AuditStats, finding: Finding) -> str | None:
 
 
 # -- initialisation ----------------------------------------------------------------------
-def _reinit(layer: str, family: str | None, finding: Finding, context: Context) -> Candidate:
-    """Re-initialise `layer` for the activation family that follows it (ops.init_for)."""
+def init_for(family: str | None) -> tuple[Callable, str]:
+    """(the run-time init, how to write it with `w` for the weight) that a layer feeding the
+    activation `family` wants (ops.init_for; None: what follows is linear)."""
     init_of = ops.init_for(family)
     if init_of.kaiming_gain:
-        init, text = rt.kaiming(init_of.gain), f"kaiming_normal_(w, nonlinearity='{init_of.gain}')"
-    else:
-        init, text = rt.xavier(init_of.gain), f"xavier_normal_(w, gain=nn.init.calculate_gain('{init_of.gain}'))"
+        return rt.kaiming(init_of.gain), f"kaiming_normal_(w, nonlinearity='{init_of.gain}')"
+    return rt.xavier(init_of.gain), f"xavier_normal_(w, gain=nn.init.calculate_gain('{init_of.gain}'))"
+
+
+def _reinit(layer: str, family: str | None, finding: Finding, context: Context) -> Candidate:
+    """Re-initialise `layer` for the activation family that follows it (ops.init_for)."""
+    init, text = init_for(family)
     weight, bias = _param(layer, "weight", context), _param(layer, "bias", context)
     return Candidate(("reinit", layer), f"re-initialise with {text.split('(')[0]}, bias 0", [finding],
                      [lambda: rt.ModuleEdit([layer], rt.reinitialise(init), "re-initialised")], [layer],
@@ -376,7 +381,7 @@ def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
                 rule.name, instead, 1))
         return made or edits.snippet(what)
     return [Candidate(("normaliser", file, line), what, [finding], [lambda: rt.OpAtLine(file, line, names, replace, what)],
-                      [_short(finding.source)], [change], changes_loss=True)]
+                      [short_place(finding.source)], [change], changes_loss=True)]
 
 
 def _lines(finding: Finding, site: tuple[str, int] | None) -> list[tuple[str, int]]:
@@ -450,7 +455,7 @@ def _move_zero_grad(finding: Finding, context: Context) -> list[Candidate]:
     return [Candidate(("move-zero-grad", file, line), what, [finding],
                       [lambda: rt.SkipCallAtLine((torch.optim.Optimizer, torch.nn.Module), "zero_grad", file, line,
                                                  "misplaced zero_grad() skipped"), rt.zero_grad_after_step],
-                      [_short(finding.source)], [change])]
+                      [short_place(finding.source)], [change])]
 
 
 @remedy("LK203")

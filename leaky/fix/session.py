@@ -12,6 +12,10 @@ The runs, all from the program's start with the same seeds unless said:
 4. one run per candidate fix (`remedies`); a fix that changes how the loss itself is
    computed (removing a softmax before the loss) is compared with an unfixed run whose
    held-out loss is computed the fixed way, so both are scored by the same function.
+
+Every run is scored by one `measure`: the held-out loss, or, where a dead zone on the loss
+path flattens it (a clamped TD error), that loss with the flat op passed through; runs 2-4
+are then all scored that way, and run 1 keeps the program's own loss (`baseline`).
 """
 from __future__ import annotations
 
@@ -21,9 +25,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from leaky.finding import Finding
+from leaky.fix import measure as measures
 from leaky.fix import metrics, verdict
 from leaky.fix.change import Change
 from leaky.fix.remedies import Candidate, Context, propose, without_remedy
+from leaky.fix.runtime import Fix
 from leaky.fix.trial import Trial, run_trial
 
 SCHEMA = "leaky/fix-v1"
@@ -46,6 +52,7 @@ class Outcome:
     metrics: list[tuple[str, str, str, str]]   # (finding code + where, what, before, after)
     change: Change | None = None
     margin: float | None = None     # the difference it had to beat (its own for a changed loss)
+    measure: str = "loss"           # what the two scores are (FixResult.measure's label)
 
 
 @dataclass
@@ -59,6 +66,8 @@ class FixResult:
     outcomes: list[Outcome] = field(default_factory=list)
     unfixable: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    measure: measures.Measure = measures.OWN_LOSS   # what every verdict compares
+    reference: Trial | None = None         # the unfixed run scored by `measure` (the baseline, or run 2)
 
     @property
     def findings(self) -> list[Finding]:
@@ -77,6 +86,7 @@ class FixResult:
             "difference": self.difference,
             "noise": None if self.noise is None else {"scores": list(self.noise.scores), "margin": self.noise.margin,
                                                       "how": NOISE_HOW},
+            "measure": self.measure.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "fixes": [_outcome_dict(o) for o in self.outcomes],
             "without_fix": [{"code": f.code, "name": f.name, "where": f.where} for f in self.unfixable],
@@ -92,7 +102,7 @@ def _trial_dict(trial: Trial) -> dict:
     return {"score": trial.score, "steps": trial.steps, "held_out_steps": len(trial.holdout),
             "status": trial.status, "error": trial.error, "seconds": trial.seconds,
             "first_loss": trial.losses[0] if trial.losses else None,
-            "last_loss": trial.losses[-1] if trial.losses else None}
+            "last_loss": trial.losses[-1] if trial.losses else None, "held_out_as": trial.held_out_as}
 
 
 def _outcome_dict(outcome: Outcome) -> dict:
@@ -102,6 +112,7 @@ def _outcome_dict(outcome: Outcome) -> dict:
             "applied": outcome.trial.applied, "note": candidate.note, "changes_loss": candidate.changes_loss,
             "metrics": [{"finding": m[0], "measure": m[1], "before": m[2], "after": m[3]} for m in outcome.metrics],
             "loss_unfixed": outcome.unfixed_score, "loss_fixed": outcome.trial.score, "margin": outcome.margin,
+            "measure": outcome.measure,
             "seconds": outcome.trial.seconds, "verdict": outcome.verdict,
             "change": None if outcome.change is None else outcome.change.to_dict(),
             "run": _trial_dict(outcome.trial)}
@@ -140,18 +151,25 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
     if base.report is None or not base.steps:
         result.seconds = time.perf_counter() - start
         return result
-    candidates = propose(base.report.findings, context_of(base))
+    context = context_of(base)
+    candidates = propose(base.report.findings, context)
     result.unfixable = without_remedy(base.report.findings, candidates)
     if not candidates:
         result.seconds = time.perf_counter() - start
         return result
-    say("the same run again, to check it can be re-run from the same state")
-    again = trial()
-    result.reproducible, result.difference = _same(base, again)
-    scores = [base.score]
+    result.measure = measures.choose(base.report.findings, context)
+    held = result.measure.build if result.measure.unflattened else None
+    say("the same run again, to check it can be re-run from the same state"
+        + (f"; scored by the {result.measure.label}" if held else ""))
+    again = trial(holdout_fix=held)
+    # NOTE: scored another way, run 2's held-out losses differ from run 1's by design; its
+    # K training steps are still compared bit for bit.
+    result.reproducible, result.difference = _same(base, again, held_out=held is None)
+    result.reference = again if held else base
+    scores = [result.reference.score]
     for offset in range(1, config.repeats + 1):
         say(f"unfixed run with seeds shifted by {offset} (noise)")
-        scores.append(trial(offset=offset).score)
+        scores.append(trial(offset=offset, holdout_fix=held).score)
     result.noise = verdict.noise([s if s is not None else float("inf") for s in scores])
     for index, candidate in enumerate(candidates, 1):
         say(f"fix {index}/{len(candidates)}: {candidate.title}")
@@ -161,14 +179,15 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
 
 
 def _try(candidate: Candidate, base: Trial, result: FixResult, trial, say) -> Outcome:
-    fixed = trial(candidate.build, label=candidate.title)
-    unfixed_score, margin = base.score, result.noise.margin
+    held = result.measure.build if result.measure.unflattened else None
+    fixed = trial(candidate.build, label=candidate.title, holdout_fix=held)
+    unfixed_score, margin = result.reference.score, result.noise.margin
     if candidate.changes_loss:
         # NOTE: scored by another function, the unfixed runs need their own noise too.
         scores = []
         for offset in range(result.config.repeats + 1):
             say(f"unfixed run with seeds shifted by {offset}, scored the fixed way")
-            scores.append(trial(label="unfixed, scored the fixed way", holdout_fix=candidate.build,
+            scores.append(trial(label="unfixed, scored the fixed way", holdout_fix=_both(candidate.build, held),
                                 offset=offset).score)
         unfixed_score = scores[0]
         margin = verdict.noise([s if s is not None else float("inf") for s in scores]).margin
@@ -184,7 +203,13 @@ def _try(candidate: Candidate, base: Trial, result: FixResult, trial, say) -> Ou
         _, after = metrics.measure(finding, fixed.stats, fixed.report.findings if fixed.report else [])
         rows.append((f"{finding.code} {_place(finding)}", label, before, after))
     change = candidate.change() if decided == verdict.HELPS else None
-    return Outcome(candidate, fixed, unfixed_score, decided, rows, change, margin)
+    label = ("loss computed the fixed way" if candidate.changes_loss else "loss") if not held else result.measure.label
+    return Outcome(candidate, fixed, unfixed_score, decided, rows, change, margin, label)
+
+
+def _both(first: Callable, second: Callable | None) -> Callable:
+    """Both held-out changes at once (a fix that changes the loss, and the measure)."""
+    return first if second is None else (lambda: Fix(first(), second()))
 
 
 def _place(finding: Finding) -> str:
@@ -196,8 +221,11 @@ def _place(finding: Finding) -> str:
     return finding.op or "model"
 
 
-def _same(a: Trial, b: Trial) -> tuple[bool, str | None]:
-    for step, (x, y) in enumerate(zip(a.losses + a.holdout, b.losses + b.holdout)):
+def _same(a: Trial, b: Trial, held_out: bool = True) -> tuple[bool, str | None]:
+    """Whether two runs from the same seeds gave the same losses, bit for bit (`held_out`:
+    the held-out ones too)."""
+    for step, (x, y) in enumerate(zip(a.losses + (a.holdout if held_out else []),
+                                      b.losses + (b.holdout if held_out else []))):
         if x != y and not (x != x and y != y):
             return False, f"step {step}: loss {x!r} in one run, {y!r} in the other"
     if len(a.losses) != len(b.losses) or len(a.holdout) != len(b.holdout):

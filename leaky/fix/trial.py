@@ -55,6 +55,7 @@ class Trial:
     module_sites: dict[int, tuple[str, int]] = field(default_factory=dict)   # id(module) -> where built
     modules: object = None              # the audit's ModuleTracker: paths and types of the modules
     failure: ScriptFailure | None = None   # how the program failed: Python's exit status and traceback
+    held_out_as: list[str] = field(default_factory=list)   # what the held-out steps changed to score (measure)
 
     @property
     def steps(self) -> int:
@@ -230,4 +231,5 @@ def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: in
     tail = "\n".join(output.getvalue().splitlines()[-5:])
     return Trial(offset, label, losses, held, seconds, status, failure.summary if failure else None,
                  fix.applied if fix else [], audit.report, audit.stats, tail, control.backward_site,
-                 control.module_sites, audit.recorder.modules, failure)
+                 control.module_sites, audit.recorder.modules, failure,
+                 list(getattr(control.holdout_fix, "applied", None) or []))

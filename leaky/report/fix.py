@@ -17,12 +17,16 @@ _VERDICT_STYLE = {"helps": "bold green", "no effect": "yellow", "hurts": "bold r
 
 def fix_table(data: dict) -> Table:
     base = data["baseline"]
+    measure = data.get("measure") or {"label": "loss", "own_loss": True}
     scored = (f"loss: the mean over the {data['config']['holdout']} batches after the last step, model frozen "
               "(held out)" if data["held_out"] else "loss: the mean of the last training losses (nothing held out)")
+    if not measure["own_loss"]:
+        scored = f"{measure['label']}: {measure['how']}"
     table = Table(title=f"fixes tried: {base['steps']} steps each, from the same start", title_justify="left",
                   caption=scored, caption_justify="left", show_lines=True)
     for column, justify in (("finding", "left"), ("fix tried", "left"), ("leak before → after", "left"),
-                            ("loss unfixed → fixed", "right"), ("cost", "right"), ("verdict", "left")):
+                            (f"{measure['label']} unfixed → fixed", "right"), ("cost", "right"),
+                            ("verdict", "left")):
         table.add_column(column, justify=justify, overflow="fold")
     for fix in data["fixes"]:
         finding = "\n".join(f"{f['code']} {f['name']}" for f in _unique(fix["findings"]))

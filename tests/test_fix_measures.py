@@ -1,0 +1,83 @@
+"""`leaky fix` judges a fix with a measure that neither the leak nor the fix changes by
+construction (a clamp on the loss path: the error inside it)."""
+from __future__ import annotations
+
+import json
+
+from leaky.cli import main
+from leaky.fix import FixConfig, try_fixes, verdict
+from leaky.script import script_program
+from leaky.zoo import get
+
+SMALL = FixConfig(steps=60, holdout=10, repeats=1)
+
+
+def fixes_for(name: str, config: FixConfig = SMALL):
+    example = get(name)
+    return try_fixes(lambda: example.run(steps=config.steps + config.holdout + 1, seed=0), config, name)
+
+
+def outcome(result, key0: str, key1: str | None = None):
+    found = [o for o in result.outcomes if o.candidate.key[0] == key0 and (key1 is None or o.candidate.key[1] == key1)]
+    assert found, f"no {key0} fix proposed; tried {[o.candidate.title for o in result.outcomes]}"
+    return found[0]
+
+
+# -- a clamped objective is scored on what it clamps -------------------------------------
+CLAMPED_REGRESSION = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(1)
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+w = torch.randn(8, 1, generator=gen)
+for step in range(200):
+    x = torch.randn(64, 8, generator=gen)
+    y = 30 * x @ w                       # targets of scale ~85: the clamp binds on ~99% of errors
+    err = model(x) - y
+    loss = torch.clamp(err, -1, 1).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_clamped_errors_fix_is_judged_helps_on_the_unclamped_error(tmp_path, capsys):
+    """Within 60 steps the errors stay far beyond ±1 in both runs, so the clamped loss is ~0.99
+    in both (measured: 0.989 → 0.987, "no effect"); the error itself halves with the
+    straight-through clamp (mean square ~3200 → ~1500)."""
+    script = tmp_path / "train.py"
+    script.write_text(CLAMPED_REGRESSION)
+    out = tmp_path / "fixes.json"
+    assert main(["fix", "--steps", "60", "--holdout", "10", "--repeats", "1", "--json", str(out), str(script)]) == 0
+    data = json.loads(out.read_text())
+    assert data["measure"]["own_loss"] is False and data["measure"]["label"] == "loss without clamp"
+    assert data["measure"]["flat_ops"] == ["train.py:13"] and "mean square of the unclamped error" in data["measure"]["how"]
+    (fix,) = [f for f in data["fixes"] if f["key"][0] == "ste"]
+    assert fix["verdict"] == "helps" and fix["measure"] == "loss without clamp"
+    assert fix["loss_fixed"] < fix["loss_unfixed"] / 1.5
+    assert fix["loss_unfixed"] > 100 > data["baseline"]["score"]     # the error, not the clamped loss (<= 1)
+    assert fix["run"]["held_out_as"] == [f"passed through for the score at {script}:13"]
+    text = capsys.readouterr().out
+    assert "loss without clamp" in text and "passed through as the identity" in text
+
+
+def test_the_zoo_dqn_is_scored_on_its_td_error_and_every_unfixed_run_the_same_way():
+    result = fixes_for("dqn-clamped-td")
+    assert result.measure.unflattened and result.reproducible
+    ste = outcome(result, "ste")
+    assert ste.verdict == verdict.HELPS and ste.measure == "loss without clamp"
+    assert result.reference is not result.baseline and result.reference.held_out_as
+    assert result.noise.scores[0] == ste.unfixed_score == result.reference.score
+    assert result.baseline.score <= 1.0 < ste.unfixed_score   # the baseline keeps the program's own loss
+
+
+def test_a_hidden_dead_zone_keeps_the_programs_own_loss():
+    """round() inside the network (LK106, not on the loss path): the loss still sees the
+    error, so it stays the measure."""
+    result = fixes_for("round-no-ste")
+    assert outcome(result, "ste").measure == "loss"
+    assert not result.measure.unflattened and result.reference is result.baseline
+    assert all(not o.trial.held_out_as for o in result.outcomes)
