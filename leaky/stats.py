@@ -120,6 +120,10 @@ class ParamStats:
                                             # order, the most one step of this parameter changes the loss
     root: str | None = None       # the root model it belongs to (its name, "" for an unnamed one)
     weight_norm: float | None = None   # median ||w|| before a sampled update (||Δw|| / ratio)
+    dtype: str | None = None      # its dtype ("float32", "bfloat16", ...)
+    # float16/bfloat16: of its elements with a nonzero gradient on the sampled steps, the share the
+    # optimizer step left unchanged (the update rounded away); None for other dtypes
+    rounded_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,8 @@ def param(*, name: str = "fc.weight", module: str | None = None, module_key: int
           zero_update_steps: int = 0, graded_update_steps: int | None = None, optimizer: int | None = None,
           group: int | None = None, source: Source | None = None, created_after_optimizer: bool = False,
           loss_change_bound: float | None = None, root: str | None = None,
-          weight_norm: float | None = None) -> ParamStats:
+          weight_norm: float | None = None, dtype: str | None = "float32",
+          rounded_share: float | None = None) -> ParamStats:
     """One parameter. module defaults to the name's prefix ("fc"); update_ratio and
     update_ratio_max to the median and the largest of update_ratios ((step, ratio) pairs);
     graded_update_steps to their count; optimizer and group to 0 when in_optimizer."""
@@ -187,7 +188,7 @@ def param(*, name: str = "fc.weight", module: str | None = None, module_key: int
                       tuple(shape), requires_grad, in_optimizer, grad_steps, grad_norm, update_ratio,
                       update_ratio_max, ratios, zero_update_steps,
                       len(ratios) if graded_update_steps is None else graded_update_steps, optimizer, group,
-                      source, created_after_optimizer, loss_change_bound, root, weight_norm)
+                      source, created_after_optimizer, loss_change_bound, root, weight_norm, dtype, rounded_share)
 
 
 def optimizer(*, index: int = 0, kind: str = "Adam", source: Source | None = None, step_source: Source | None = None,

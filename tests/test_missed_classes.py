@@ -6,6 +6,8 @@ real optimizer: the broken case found at its line, and a healthy look-alike that
   by 0.1, CLIP-like normalised features.
 - LK106: a clamp on a BCE input zeroes 2% of the elements and ~all of the gradient's mass;
   quiet: a clamped share regression whose clamp binds on harmless samples.
+- LK304: a model kept in bfloat16 under AdamW at lr 1e-4: most weights cannot take their
+  step (it rounds away); quiet: float32 master weights with bfloat16 autocast.
 - LK101: a gumbel-softmax at tau = 0.05 (soft and hard=True) is one-hot from step 0; quiet:
   tau annealed from 1.
 """
@@ -206,3 +208,75 @@ def test_lk106_weighs_a_loss_path_clamp_by_its_gradient_mass_on_hand_built_stats
     assert fires("LK106", clamp(0.999)).severity is Severity.ERROR
     quiet("LK106", clamp(0.03))
     quiet("LK106", clamp(None))
+
+
+# -- LK304: updates that round away -------------------------------------------------------------
+def _train_low_precision(autocast: bool, steps: int = 6):
+    x, y = _task()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 10))
+    with leaky.audit(steps=steps) as audit:
+        if not autocast:
+            model = model.to(torch.bfloat16)  # BF16 WEIGHTS
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for step in range(steps):
+            rows = slice(64 * step, 64 * (step + 1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = model(x[rows] if autocast else x[rows].bfloat16())
+            loss = F.cross_entropy(out.float(), y[rows])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return audit
+
+
+def test_a_model_kept_in_bfloat16_loses_most_of_its_updates_to_rounding():
+    audit = _train_low_precision(autocast=False)
+    (finding,) = _alarms(audit.report, "LK304")
+    assert finding.source.line == _line("# BF16 WEIGHTS")
+    assert finding.evidence["unchanged_share"] > 0.5 and finding.evidence["dtype"] == "bfloat16"
+    assert "rounds away" in finding.message and "torch.autocast" in finding.fix
+    assert finding.evidence["unchanged_share"] == pytest.approx(_raw_unchanged_share(), abs=0.01)
+
+
+def _raw_unchanged_share(steps: int = 6) -> float:
+    """The same run in raw torch: of the elements with a nonzero gradient, the share a step left unchanged."""
+    x, y = _task()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 10)).to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    graded = unchanged = 0
+    for step in range(steps):
+        rows = slice(64 * step, 64 * (step + 1))
+        loss = F.cross_entropy(model(x[rows].bfloat16()).float(), y[rows])
+        opt.zero_grad()
+        loss.backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.step()
+        for p, b in zip(model.parameters(), before):
+            graded += int((p.grad != 0).sum())
+            unchanged += int(((p.grad != 0) & (p == b)).sum())
+    return unchanged / graded
+
+
+def test_float32_master_weights_under_bfloat16_autocast_are_quiet():
+    audit = _train_low_precision(autocast=True)
+    assert _alarms(audit.report, "LK304") == []
+    assert all(p.rounded_share is None and p.dtype == "float32" for p in audit.stats.params)
+
+
+def test_lk304_rounded_updates_on_hand_built_stats():
+    from leaky.testing import cast, optimizer, param, source, stats
+    from tests.check_cases import fires, quiet
+
+    def kept_in(dtype, share):
+        return stats(steps=20, optimizers=(optimizer(kind="AdamW", lr=1e-4),),
+                     casts=(cast(kind="module", dtype="bfloat16", source=source(line=7)),),
+                     params=(param(name="fc.weight", shape=(256, 32), dtype=dtype, rounded_share=share),
+                             param(name="fc.bias", shape=(256,), dtype=dtype, rounded_share=share)))
+    finding = fires("LK304", kept_in("bfloat16", 0.8))
+    assert (finding.severity, finding.source.line) == (Severity.WARNING, 7)
+    assert "every weight above 1.0e-04 / 0.00391 = 0.0256 keeps its value" in finding.message
+    assert fires("LK304", kept_in("bfloat16", 0.95)).severity is Severity.ERROR
+    quiet("LK304", kept_in("bfloat16", 0.3))
+    quiet("LK304", kept_in("float32", None))

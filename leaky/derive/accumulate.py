@@ -82,6 +82,9 @@ class StepFolder:
         # param -> (step, ratio, graded, update norm, gradient norm) on sampled steps
         self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))
         self.zero_weight_step: dict[int, int] = {}   # param -> last step it was exactly 0
+        # float16/bfloat16 param -> [elements with a nonzero gradient, of them left unchanged by
+        # the step], summed over sampled steps (record/monitor.py UpdateProbe)
+        self.rounded: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
         # per optimizer (index): sampled steps checked, and those whose backward calls all
         # started from the previous step's gradients
         self.carry_checked: dict[int, int] = defaultdict(int)
@@ -203,8 +206,13 @@ class StepFolder:
         acc.profile = step.profile
 
     def _updates(self, step: int, layout, values: np.ndarray, graded: set[int]) -> None:
-        ids, offset = layout
+        ids, offset, *low = layout
         n = len(ids)
+        at = offset + 2 * n
+        for i, pid in enumerate(low[0] if low else ()):
+            counts = self.rounded[pid]
+            counts[0] += float(values[at + 2 * i])
+            counts[1] += float(values[at + 2 * i + 1])
         for pid, update, weight in zip(ids, values[offset:offset + n], values[offset + n:offset + 2 * n]):
             if not (math.isfinite(update) and math.isfinite(weight)):
                 continue   # after an overflow the ratio describes the overflow

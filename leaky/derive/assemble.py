@@ -198,7 +198,8 @@ class Assembly:
             created_after_optimizer=order is not None and first is not None and order > first,
             loss_change_bound=float(np.median(bounds)) if bounds else None,
             root=None if key is None else (self.modules.name(self.modules.infos[key].root) or ""),
-            weight_norm=float(np.median(norms)) if (norms := [u / r for _, r, _, u, _ in updates if r]) else None)
+            weight_norm=float(np.median(norms)) if (norms := [u / r for _, r, _, u, _ in updates if r]) else None,
+            dtype=str(param.dtype).replace("torch.", ""), rounded_share=_share(builder.rounded.get(pid)))
 
     def _optimizer_modules(self) -> dict[int, list[str]]:
         """For each optimizer (index), the modules whose parameters it holds."""
@@ -247,6 +248,11 @@ class Assembly:
             weights.append(WeightStats(site, module, name, probe.kind, probe.shape, probe.fan_in, probe.fan_out,
                                        float(probe.std), bool(probe.rows_identical), _source(init_sites.get(pid))))
         return tuple(losses), tuple(inputs), tuple(weights)
+
+
+def _share(counts: list[float] | None) -> float | None:
+    """unchanged / graded, from UpdateProbe's summed counts (None: none graded)."""
+    return counts[1] / counts[0] if counts and counts[0] > 0 else None
 
 
 def _with_samples(stats: UnitStats, samples: int, counted: int) -> UnitStats:

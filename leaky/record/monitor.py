@@ -187,8 +187,14 @@ def _learning_rate(optimizer) -> float | None:
                                                            and not lr.is_cuda) else None
 
 
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
 class UpdateProbe:
-    """||w_after - w_before|| and ||w_before|| per parameter, for one sampled step."""
+    """||w_after - w_before|| and ||w_before|| per parameter, for one sampled step; and for a
+    float16/bfloat16 parameter, how many of its elements had a nonzero gradient and how many
+    of those the step left unchanged (an update below half a unit in the last place rounds
+    away: a bfloat16 weight of 0.05 cannot take a step of 1e-4)."""
 
     def __init__(self) -> None:
         self.params: list = []
@@ -203,15 +209,31 @@ class UpdateProbe:
             # a detach and a clone per parameter
             self.before.extend(torch._foreach_mul(params, 1.0) if params else ())
 
-    def after_step(self) -> tuple[list, list[Tensor], list[Tensor]]:
-        """(params, update norms, weight norms) as device scalars; clears the snapshot."""
+    def after_step(self) -> tuple[list, list[Tensor], list[Tensor], list, list[Tensor]]:
+        """(params, update norms, weight norms, the low-precision params, their (graded, unchanged)
+        element counts, two per param) as device scalars; clears the snapshot."""
         if not self.params:
-            return [], [], []
+            return [], [], [], [], []
         with torch._C.DisableTorchFunction(), torch.no_grad():
             weights = list(torch._foreach_norm(self.before))
             # NOTE: the difference overwrites the snapshot in place, so the probe never holds
             # more than one copy of the parameters (the sign does not change the norm).
             torch._foreach_sub_(self.before, self.params)   # under no_grad: no graph, no detach needed
             updates = list(torch._foreach_norm(self.before))
+            low, counts = self._rounded()
         params, self.params, self.before = self.params, [], []
-        return params, updates, weights
+        return params, updates, weights, low, counts
+
+    def _rounded(self) -> tuple[list, list[Tensor]]:
+        """Per float16/bfloat16 parameter with a gradient: (elements whose gradient is nonzero,
+        of them those the step left unchanged), from one count over both masks."""
+        low, counts = [], []
+        for param, change in zip(self.params, self.before):
+            grad = param.grad
+            if param.dtype not in _LOW_PRECISION or grad is None or grad.is_sparse or grad.shape != change.shape:
+                continue
+            graded = grad != 0
+            both = torch.count_nonzero(torch.stack([graded, graded & (change == 0)]).reshape(2, -1), dim=1)
+            low.append(param)
+            counts.extend(both.unbind())
+        return low, counts

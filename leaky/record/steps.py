@@ -211,10 +211,11 @@ class StepTracking:
             self.guarded(self._end_step)
 
     def _note_updates(self) -> None:
-        params, updates, weights = self.updates.after_step()
-        self._update_layout = ([id(p) for p in params], len(self.buffer.values))
+        params, updates, weights, low, rounded = self.updates.after_step()
+        self._update_layout = ([id(p) for p in params], len(self.buffer.values), [id(p) for p in low])
         self.buffer.values.extend(updates)
         self.buffer.values.extend(weights)
+        self.buffer.values.extend(rounded)
 
     def _suspend_mode(self) -> bool:
         """Leave the optimizer's many small ops alone: pop our mode if it is on top (True
