@@ -7,15 +7,18 @@ measured, `(leaky.probe.stats record, ProbeConfig) -> list[Finding]`; an audit s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import Callable
 
 from leaky.config import AuditConfig
-from leaky.finding import Finding
+from leaky.finding import Cause, Finding
 from leaky.stats import AuditStats
+from leaky.story import story_order
 
 CheckFn = Callable[[AuditStats, AuditConfig], list[Finding]]
+# (root, symptom) -> why the root explains the symptom, in the run's numbers; None: it does not
+Explainer = Callable[[Finding, Finding], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {}
+EXPLAINERS: dict[str, list[Explainer]] = {}   # a root cause's code -> how it explains other findings
 
 _MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "exploding_gradient",
             "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path",
@@ -50,6 +54,16 @@ def register(code: str, name: str, summary: str, links: bool = False,
     return add
 
 
+def explainer(code: str) -> Callable[[Explainer], Explainer]:
+    """Declare which findings of other checks the findings of check `code` explain: the
+    function gets (root, symptom) and returns why, or None. A symptom it explains is told
+    as part of the root's story (`_told_under`)."""
+    def add(fn: Explainer) -> Explainer:
+        EXPLAINERS.setdefault(code, []).append(fn)
+        return fn
+    return add
+
+
 def lookup(key: str) -> Check:
     """A check by code (LK106) or name (dead-zone), case-insensitive."""
     wanted = key.strip().lower()
@@ -66,6 +80,7 @@ def run_all(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     for check in audited:
         if not check.links:
             findings.extend(check.run(stats, config))
+    findings = [_told_under(finding, findings) for finding in findings]
     causes = list(findings)
     for check in audited:
         if check.links:
@@ -74,33 +89,27 @@ def run_all(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first, then by code and place; but a finding that explains another (its
-    code in the other's evidence `explained_by`, or the other's code and module in its own
-    evidence `explains`) comes right before it: the root cause is read before its symptom."""
-    ranked = sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.module or "",
-                                             f.source.line if f.source else 0))
-    placed: set[int] = set()
-    out: list[Finding] = []
-
-    def place(finding: Finding, visiting: frozenset[int]) -> None:
-        if id(finding) in placed or id(finding) in visiting:
-            return
-        for other in ranked:
-            if other is not finding and _explains(other, finding):
-                place(other, visiting | {id(finding)})
-        placed.add(id(finding))
-        out.append(finding)
-
-    for finding in ranked:
-        place(finding, frozenset())
-    return out
+    """Story order (leaky/story.py): most severe first, but a root cause right before the
+    findings it explains (its code in their evidence `explained_by`, or their code and module
+    in its own evidence `explains`), each story ranked by its most severe finding."""
+    return story_order(findings)
 
 
-def _explains(cause: Finding, symptom: Finding) -> bool:
-    if cause.code in (symptom.evidence.get("explained_by") or ()):
-        return True
-    return any(isinstance(e, dict) and e.get("code") == symptom.code and e.get("module") == symptom.module
-               for e in cause.evidence.get("explains") or ())
+def _told_under(symptom: Finding, findings: list[Finding]) -> Finding:
+    """The finding as part of the story of the first other finding that explains it (by that
+    check's `explainer`): its numbers stay, its advice becomes the root's, and the line to
+    change is the root's. Advice of its own (raise the rate, freeze on purpose) would
+    contradict the root cause it follows from."""
+    for root in findings:
+        for explain in EXPLAINERS.get(root.code, ()) if root is not symptom else ():
+            why = explain(root, symptom)
+            if why:
+                evidence = {**symptom.evidence, "explained_by": [root.code]}
+                cause = root.cause or Cause.at(root.source, f"{root.code} {root.name} starts here: {why}")
+                return replace(symptom, message=f"{symptom.message} This follows from {root.code} {root.name}: {why}.",
+                               fix=f"Fix {root.code} {root.name} first, which this follows from: {root.fix}",
+                               evidence=evidence, cause=cause)
+    return symptom
 
 
 for _name in _MODULES + _PROBE_MODULES:

@@ -24,6 +24,7 @@ from rich.text import Text
 from leaky.finding import Finding, Severity
 from leaky.report.format import (SEVERITY_STYLE, distinct_width, module_label, num, pct, short_path,
                                  shorten_middle)
+from leaky.story import stories
 
 
 INDENT = len("WARNING ")     # where a finding's text starts, under its code
@@ -222,9 +223,26 @@ def summary_line(report) -> Text:
     return text
 
 
+def explained_renderable(explained: list[Finding]) -> Group:
+    """What a root cause explains, under it: one line each, the finding's heading, cut at the
+    width (its full text, whose advice is the root's, is in the JSON report)."""
+    lines = [Text(" " * INDENT + f"explains {len(explained)} more, which follow from it:", style="dim")]
+    for finding in explained:
+        lead = " " * INDENT + "↳ "
+        heading = Text(lead + str(finding_renderable(finding)).split("\n")[0], no_wrap=True, overflow="ellipsis")
+        heading.stylize(SEVERITY_STYLE[finding.severity.value], len(lead), len(lead) + len("WARNING"))
+        lines.append(heading)
+    return Group(*lines)
+
+
 def report_renderable(report, table: bool = True) -> Group:
+    """The summary, then one story per root cause (leaky/story.py): the root in full, what it
+    explains one line each under it; then the gradient-flow table."""
     parts = [summary_line(report)]
-    parts.extend(finding_renderable(f) for f in report.findings)
+    for root, explained in stories(list(report.findings)):
+        parts.append(finding_renderable(root))
+        if explained:
+            parts.append(explained_renderable(explained))
     if table and report.modules:
         parts.append(flow_table(report))
     return Group(*parts)
