@@ -128,6 +128,12 @@ class AuditConfig:
     update_high_warning: float = 0.2
     update_high_error: float = 1.0
     update_low: float = 1e-7
+    # LK202: a weight frozen only from some step on (below `update_low` on every sampled step
+    # after it) is judged when the learning rate in force fell there and the frozen stretch is
+    # at least this share of the sampled steps. A schedule annealed toward 0 spends a vanishing
+    # share of its steps below 1e-4 of its peak rate (cosine: ~0.6%, linear: 0.01%); a rate
+    # decayed per batch where the schedule meant epochs spends most of the run there.
+    update_frozen_share: float = 0.25
     # LK202, too slow to matter: under an Adam-family rule a step moves each element by about lr
     # at most, so ||Δw||/||w|| <~ lr / rms(w). A weight that could not move by
     # `update_material_change` (a tenth) of its norm in `update_slow_steps` steps even at that

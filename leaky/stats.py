@@ -94,6 +94,12 @@ class ActivationStats:
     # row's 1 - 1/n, and the mean of that share over the rows (rows with one possible entry left out)
     first_flat_share: float | None = None
     first_jacobian_share: float | None = None
+    # softmax, over its last observed steps (the trailing window, `window` steps at most): the share
+    # of its rows that are flat, the Jacobian share of the mean row (near 0: every row puts its mass
+    # on the same entry, a policy collapsed onto one action), and the window's first and last step
+    recent_flat_share: float | None = None
+    recent_mean_row_share: float | None = None
+    recent_span: tuple[int, int] | None = None
     ran_steps: int | None = None   # the observed steps at which this site ran (None: every observed step)
 
 
@@ -128,11 +134,14 @@ class ParamStats:
 
 @dataclass(frozen=True)
 class SchedulerStats:
-    """A learning-rate scheduler: where it was built, and its lr function's line."""
+    """A learning-rate scheduler: where it was built, its lr function's line, and where and how
+    often the script advanced it."""
 
     kind: str                     # "LambdaLR", "CosineAnnealingLR", ...
     source: Source | None         # where it was constructed
     function_source: Source | None = None   # LambdaLR/MultiplicativeLR: where its lr function gives the factor
+    step_source: Source | None = None       # where its step() was called most often
+    step_calls: int = 0                     # step() calls while observed (its own first, in __init__, aside)
 
 
 @dataclass(frozen=True)
@@ -150,13 +159,6 @@ class OptimizerStats:
     lr_range: tuple[tuple[float, float] | None, ...]   # per param group: lowest and highest lr, sampled steps
     scheduler: SchedulerStats | None = None
     closure_calls: int = 0        # the most closure evaluations in one step(closure): >1 is a line search (LBFGS)
-
-
-@dataclass(frozen=True)
-class CastStats:
-    """Where parameters or ops were put in float16/bfloat16."""
-
-    kind: str                     # "module" (Module.half() / .to(dtype)) | "autocast"
     name: str | None = None       # the variable the script assigned it to where it was built (`optimizer`)
 
 
@@ -169,6 +171,13 @@ class UnsteppedOptimizer:
     source: Source | None         # where it was constructed
     name: str | None              # the variable the script assigned it to there (`decoder_optimizer`)
     params: tuple[str, ...]       # ParamStats.name of the parameters it holds
+
+
+@dataclass(frozen=True)
+class CastStats:
+    """Where parameters or ops were put in float16/bfloat16."""
+
+    kind: str                     # "module" (Module.half() / .to(dtype)) | "autocast"
     dtype: str                    # "float16" | "bfloat16"
     source: Source | None
     target: str                   # the module's class name, or the autocast device
@@ -352,6 +361,7 @@ class AuditStats:
     optimizer_modules: dict[int, list[str]] = field(default_factory=dict)   # per optimizer: its modules
     idle_optimizer: bool = False  # a live optimizer holds the trained parameters but never stepped
     optimizers: tuple[OptimizerStats, ...] = ()   # the optimizers that stepped, in order of their first step
+    unstepped_optimizers: tuple[UnsteppedOptimizer, ...] = ()   # built, holding trained parameters, never stepped
     casts: tuple[CastStats, ...] = ()
     idle_source: Source | None = None   # idle optimizer: a bare `optimizer.step` statement, or the backward() call
     # (A, B): the loss optimizer A stepped on sent gradient into parameters optimizer B trains
@@ -359,7 +369,6 @@ class AuditStats:
     # steps whose loss was the first after weights outside every optimizer changed (a synced target network)
     target_syncs: tuple[int, ...] = ()
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
-    unstepped_optimizers: tuple[UnsteppedOptimizer, ...] = ()   # built, holding trained parameters, never stepped
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
     batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed
 

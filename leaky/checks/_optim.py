@@ -87,3 +87,27 @@ def _moved(initial: float, seen: tuple[float, float], direction: str, config: Au
     if direction == "zero":
         return high == 0 and initial != 0
     return low * config.scheduler_moved < initial
+
+
+def lrs_in_force(stats: AuditStats, param: ParamStats) -> dict[int, float]:
+    """The learning rate of this parameter's group at each step of its optimizer's every-step
+    series. The series keeps the first group's rate; a scheduler scales each group by the same
+    factor (StepLR, ExponentialLR, cosine to 0, one lr function), so another group's rate is
+    that times its share of the constructed rates."""
+    optimizer = optimizer_of(stats, param)
+    if optimizer is None or param.group is None or not optimizer.initial_lrs:
+        return {}
+    initial, first = group_lrs(optimizer, param.group)[0], optimizer.initial_lrs[0]
+    scale = 1.0 if param.group == 0 else (initial / first if initial and first else None)
+    if scale is None:
+        return {}
+    return {row.step: row.lr * scale for row in stats.series
+            if row.optimizer == param.optimizer and row.lr is not None}
+
+
+def stepped_every_batch(stats: AuditStats, optimizer: OptimizerStats) -> bool:
+    """Its scheduler's step() ran about as often as the optimizer's own step (at least every
+    other one): the schedule advances per batch, whatever its step counts were meant in."""
+    scheduler = optimizer.scheduler
+    steps = sum(1 for row in stats.series if row.optimizer == optimizer.index)
+    return scheduler is not None and steps > 0 and 2 * scheduler.step_calls >= steps

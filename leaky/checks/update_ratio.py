@@ -9,6 +9,14 @@ effectively frozen: the learning rate is too low, or its gradients vanish. Only 
 The finding points at the line that set the rate: the optimizer's construction, or the
 scheduler that moved the rate there.
 
+Advice about the rate must agree with the loss. Above the band while the loss is still
+falling (its last third of the observed steps clearly below its middle third), the rate
+trains: that is information, not a fault. Below the band from some step on, after the rate
+in force fell there (a scheduler stepped per batch where its steps meant epochs), the
+weights stopped training for the rest of the run: a warning when the loss stayed flat over
+those steps, quoting the rate in force there, not the one the optimizer was built with, and
+naming the line that advances the scheduler.
+
 The band assumes one step() is one update from one gradient, scaled by lr (leaky/optimizers.py).
 A quasi-Newton step (LBFGS: up to max_iter iterations with a line search per step(closure)),
 any step whose closure ran more than once, and Rprop's self-adapting step sizes are not:
@@ -17,13 +25,14 @@ their parameters are not judged here, and the run's notes say so.
 from __future__ import annotations
 
 import math
+import statistics
 
 from leaky.checks import register
 from leaky.checks._loss import change_bound, curve_of, objectives
-from leaky.checks._optim import group_lrs, lr_cause, lr_origin, optimizer_of
-from leaky.checks._util import num, severity_above
+from leaky.checks._optim import group_lrs, lr_cause, lr_origin, lrs_in_force, optimizer_of, stepped_every_batch
+from leaky.checks._util import line_of, num, severity_above
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity
 from leaky.optimizers import rule_of
 from leaky.stats import AuditStats, ParamStats
 
@@ -32,6 +41,7 @@ from leaky.stats import AuditStats, ParamStats
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
     slow: dict[tuple, list[tuple[ParamStats, dict]]] = {}
+    decayed: dict[tuple, list[tuple[ParamStats, dict]]] = {}
     for param in stats.params:
         if len(param.shape) < 2 or param.update_ratio is None or len(param.update_ratios) < config.update_min_steps:
             continue
@@ -45,7 +55,10 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             slow.setdefault((param.optimizer, param.group), []).append((param, measure))
         elif param.update_ratio_max is not None and 0 < param.update_ratio_max < config.update_low:
             findings.append(_low(param, config, stats))
+        elif (stretch := _frozen_after_decay(param, config, stats)) is not None:
+            decayed.setdefault((param.optimizer, param.group), []).append((param, stretch))
     findings.extend(_too_slow(group, config, stats) for group in slow.values())
+    findings.extend(_decayed(group, config, stats) for group in decayed.values())
     return findings
 
 
@@ -71,13 +84,23 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
         if overshoots else ""
     message = (f"steps change {param.name} by a median {num(param.update_ratio)}× its norm (||Δw||/||w|| over "
                f"{len(param.update_ratios)} sampled steps, at most {num(param.update_ratio_max)}; ~1e-3 is typical, "
-               f"leaky's band is {_band(config)}){worst}: the learning rate is too high for this layer.")
+               f"leaky's band is {_band(config)}){worst}")
     source, origin = lr_origin(stats, param, "high", config)
-    fix = ("Lower the learning rate (×0.1), or give this layer its own param group with a smaller lr; "
-           "a warmup schedule helps when the ratio is high only at the start.")
+    falling = _still_falling(stats, param.optimizer, config)
+    if falling:
+        # NOTE: advice must agree with the loss: a rate that still lowers it is not too high.
+        message += f": a high learning rate for this layer, yet {falling} so it trains."
+        severity = Severity.INFO
+        fix = ("Nothing to change while the loss keeps falling; if it stalls, oscillates or rises later, lower "
+               "this layer's rate (a param group of its own) or warm the rate up.")
+    else:
+        message += ": the learning rate is too high for this layer."
+        fix = ("Lower the learning rate (×0.1), or give this layer its own param group with a smaller lr; "
+               "a warmup schedule helps when the ratio is high only at the start.")
     return Finding("update-ratio", "LK202", severity, message + origin, fix, param.module, None, source,
-                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high"},
-                   lr_cause(stats, param, "high", config))
+                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high",
+                                                "loss_still_falling": bool(falling)},
+                   None if falling else lr_cause(stats, param, "high", config))
 
 
 def _slow(param: ParamStats, config: AuditConfig, stats: AuditStats) -> dict | None:
@@ -125,7 +148,7 @@ def _too_slow(slow: list[tuple[ParamStats, dict]], config: AuditConfig, stats: A
     source, origin = lr_origin(stats, param, "low", config)
     fix = (f"Raise the learning rate: with {optimizer.kind}, lr ≈ 1e-3 × rms(w) (here ~{num(1e-3 * measure['weight_rms'])}) "
            "moves a weight by ~1e-3× its norm per step; 1e-4 to 1e-3 is usual from scratch, 1e-5 for fine-tuning.")
-    evidence = {**_evidence(param, config), "direction": "low", **measure,
+    evidence = {**_evidence(param, config), "direction": "low", "rule": "lr bound", **measure,
                 "slow_parameters": [p.name for p, _ in slow]}
     return Finding("update-ratio", "LK202", severity, message + origin + falls, fix, param.module, None, source,
                    param.update_ratios[-1][0], evidence, lr_cause(stats, param, "low", config))
@@ -175,7 +198,7 @@ def _low(param: ParamStats, config: AuditConfig, stats: AuditStats) -> Finding:
     optimizer = optimizer_of(stats, param)
     by_lr = optimizer is not None and rule_of(optimizer).per_element_lr
     return Finding("update-ratio", "LK202", Severity.WARNING, message + origin, fix, param.module, None, source,
-                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "low"},
+                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "low", "rule": "frozen"},
                    lr_cause(stats, param, "low", config) if by_lr else None)
 
 
@@ -183,3 +206,114 @@ def _evidence(param: ParamStats, config: AuditConfig) -> dict:
     return {"parameter": param.name, "median_ratio": param.update_ratio, "max_ratio": param.update_ratio_max,
             "band": [config.update_low, config.update_high_warning], "sampled_steps": len(param.update_ratios),
             "ratios": [{"step": s, "ratio": r} for s, r in param.update_ratios[-16:]]}
+
+
+def _still_falling(stats: AuditStats, index: int | None, config: AuditConfig) -> str:
+    """A clause when this optimizer's loss is still falling: the mean of the last third of
+    its observed steps below the middle third's by `loss_flat_share` of the first's and by
+    more than twice the standard error of the difference (minibatch noise). Else ''."""
+    objective = next((o for o in objectives(stats, config) if o.optimizer == index), None)
+    if objective is None or objective.competing or objective.moving_target:
+        return ""
+    losses = [loss for _, loss in objective.rows]
+    if len(losses) < config.loss_min_steps or not all(math.isfinite(loss) for loss in losses):
+        return ""
+    third = len(losses) // 3
+    first, middle, last = losses[:third], losses[third:2 * third], losses[-third:]
+    level = [statistics.fmean(part) for part in (first, middle, last)]
+    noise = math.sqrt((statistics.variance(middle) + statistics.variance(last)) / third)
+    fall = level[1] - level[2]
+    if not (fall > 2 * noise and fall >= config.loss_flat_share * abs(level[0])):
+        return ""
+    return (f"the loss is still falling (means of the thirds of its {len(losses)} observed steps: "
+            f"{num(level[0])}, {num(level[1])}, {num(level[2])}),")
+
+
+def _frozen_after_decay(param: ParamStats, config: AuditConfig, stats: AuditStats) -> dict | None:
+    """A weight that moved, then stayed below `update_low` on every sampled step from some step
+    on (at least `update_frozen_share` of them), after the learning rate in force fell
+    `scheduler_moved` (2×) or more below the highest it had before. Returns the stretch."""
+    ratios = param.update_ratios
+    tail = next((i for i, (_, ratio) in enumerate(reversed(ratios)) if ratio >= config.update_low), len(ratios))
+    if tail == len(ratios) or tail < config.update_min_steps or tail < config.update_frozen_share * len(ratios):
+        return None
+    before, frozen = ratios[:-tail], ratios[-tail:]
+    lrs = lrs_in_force(stats, param)
+    lr_before = max((lrs[s] for s, _ in before if s in lrs), default=None)
+    lr_frozen = [(s, lrs[s]) for s, _ in frozen if s in lrs]
+    if lr_before is None or not lr_frozen or max(lr for _, lr in lr_frozen) * config.scheduler_moved >= lr_before:
+        return None
+    return {"frozen_from": frozen[0][0], "frozen_to": frozen[-1][0], "frozen_sampled_steps": tail,
+            "frozen_max_ratio": max(r for _, r in frozen), "before_max_ratio": max(r for _, r in before),
+            "lr_before": lr_before, "lr_at_freeze": lr_frozen[0][1], "lr_last": lr_frozen[-1][1],
+            "lr_last_step": lr_frozen[-1][0]}
+
+
+def _decayed(frozen: list[tuple[ParamStats, dict]], config: AuditConfig, stats: AuditStats) -> Finding:
+    """One finding per param group whose weights froze after the rate decayed: it names the
+    weight frozen longest, the rate in force, the scheduler and how often it was stepped."""
+    param, stretch = min(frozen, key=lambda item: item[1]["frozen_from"])
+    optimizer = optimizer_of(stats, param)
+    others = (f" So did {', '.join(p.name for p, _ in frozen if p is not param)[:200]}."
+              if len(frozen) > 1 else "")
+    message = (f"{param.name} stopped changing at step {stretch['frozen_from']}: on each of the "
+               f"{stretch['frozen_sampled_steps']} sampled steps from there to step {stretch['frozen_to']} "
+               f"({len(param.update_ratios)} sampled in all), ||Δw||/||w|| stayed below {num(stretch['frozen_max_ratio'])} "
+               f"(leaky's band is {_band(config)}; up to {num(stretch['before_max_ratio'])} before). The learning "
+               f"rate in force fell from {num(stretch['lr_before'])} to {num(stretch['lr_at_freeze'])} at step "
+               f"{stretch['frozen_from']} and {num(stretch['lr_last'])} by step {stretch['lr_last_step']}.{others}")
+    per_batch = optimizer.scheduler is not None and stepped_every_batch(stats, optimizer)
+    setter, cause, fix = _decay_setter(stats, param, stretch, per_batch, config)
+    severity, loss = _stalled(stats, param.optimizer, stretch["frozen_from"], config)
+    evidence = {**_evidence(param, config), "direction": "low", "rule": "decayed", **stretch,
+                "frozen_parameters": [p.name for p, _ in frozen], "scheduler_per_batch": per_batch}
+    source = cause.source if cause is not None else None
+    return Finding("update-ratio", "LK202", severity, message + setter + loss, fix, param.module, None, source,
+                   param.update_ratios[-1][0], evidence, cause)
+
+
+def _decay_setter(stats: AuditStats, param: ParamStats, stretch: dict, per_batch: bool,
+                  config: AuditConfig) -> tuple[str, Cause | None, str]:
+    """Who brought the rate down, in a sentence; the line to change; the fix."""
+    optimizer = optimizer_of(stats, param)
+    scheduler, rate = optimizer.scheduler, num(stretch["lr_last"])
+    initial, _ = group_lrs(optimizer, param.group)
+    built = (f" from the {num(initial)} {optimizer.kind} was built with ({line_of(optimizer.source)})"
+             if initial is not None and optimizer.source else "")
+    if scheduler is not None and per_batch:
+        steps = sum(1 for row in stats.series if row.optimizer == optimizer.index)
+        where = scheduler.step_source or scheduler.source
+        at = f" at {line_of(scheduler.step_source)}" if scheduler.step_source else ""
+        made = f" (built at {line_of(scheduler.source)})" if scheduler.source else ""
+        return (f" {scheduler.kind}{made} took it there{built}: its step(){at} ran {scheduler.step_calls} times in "
+                f"{steps} optimizer steps, once per batch, so each of its steps is a batch, not an epoch.",
+                Cause.at(where, f"{scheduler.kind}.step() runs here once per batch: it made the learning rate {rate}"),
+                f"Call {scheduler.kind}.step() once per epoch, after the batch loop, as its step counts were meant; "
+                "or count its schedule in batches (e.g. step_size × batches per epoch).")
+    fix = ("Keep the learning rate from decaying this far while training goes on: check the schedule's decay "
+           "(gamma, milestones, T_max) against how many times it is stepped, or give it a floor (eta_min).")
+    if scheduler is not None:
+        _, origin = lr_origin(stats, param, "low", config)
+        return origin, lr_cause(stats, param, "low", config), fix
+    where = optimizer.source
+    return (f" No scheduler leaky saw set it{built}: the script lowers param_groups' lr itself.",
+            Cause.at(where, f"{optimizer.kind} built here; the learning rate in force fell to {rate}"), fix)
+
+
+def _stalled(stats: AuditStats, index: int | None, start: int, config: AuditConfig) -> tuple[Severity, str]:
+    """Warning when the loss stayed flat (less than `loss_flat_share` lower) from `start` on,
+    above the level it had fallen to: training stopped there. Info otherwise, saying why."""
+    objective = next((o for o in objectives(stats, config) if o.optimizer == index), None)
+    rows = [] if objective is None else [(s, loss) for s, loss in objective.rows if s >= start]
+    curve = curve_of(rows, config.loss_min_steps) if rows else None
+    if curve is None or not (math.isfinite(curve.start) and math.isfinite(curve.end)) or curve.start == 0:
+        return Severity.INFO, " Too few losses were observed after it to tell whether training stopped."
+    drop = (curve.start - curve.end) / abs(curve.start)
+    if drop >= config.loss_flat_share:
+        return Severity.INFO, f" The loss still fell {100 * drop:.1f}% over those steps."
+    whole = curve_of(objective.rows, config.loss_min_steps)
+    if whole is not None and math.isfinite(whole.start) and abs(curve.end) <= config.loss_flat_share * abs(whole.start):
+        return Severity.INFO, (f" The loss had already fallen to {num(curve.end)} from {num(whole.start)}: "
+                               "little was left to learn.")
+    return Severity.WARNING, (f" Over those {curve.steps} steps the loss stayed flat ({num(curve.start)} → "
+                              f"{num(curve.end)}): training stopped there.")

@@ -20,7 +20,8 @@ def optimizer_stats_of(origins, optimizers: list) -> tuple[OptimizerStats, ...]:
         zeroing = tuple(dict.fromkeys(_source(w) for w in origins.zero_grad_sites(optimizer, ids)))
         sched = origins.scheduler_of(optimizer)
         scheduler = None if sched is None else SchedulerStats(sched.kind, _source(sched.where),
-                                                               _source(sched.function_at))
+                                                               _source(sched.function_at), _source(sched.step_at),
+                                                               sched.step_calls)
         lr_range = tuple(origin.lr_range.get(g) for g in range(len(optimizer.param_groups)))
         result.append(OptimizerStats(index, origin.kind, _source(origin.where), _source(origin.step_at), zeroing,
                                      origin.cleared_steps, _source(origin.cleared_at), origin.lrs, lr_range,
@@ -44,7 +45,6 @@ def unstepped_optimizers(origins, stepped: list, names: dict[int, str]) -> tuple
     return tuple(result)
 
 
-def cast_stats_of(origins) -> tuple[CastStats, ...]:
 def assigned_name(where: tuple | None) -> str | None:
     """The variable a line assigns to (`decoder_optimizer = optim.SGD(...)`), to name an
     object as the script does; None when the line is no plain assignment."""
@@ -54,4 +54,5 @@ def assigned_name(where: tuple | None) -> str | None:
     return found.group(1) if found else None
 
 
+def cast_stats_of(origins) -> tuple[CastStats, ...]:
     return tuple(CastStats(c.kind, c.dtype, _source(c.where), c.target) for c in origins.casts.values())

@@ -6,9 +6,11 @@ no torch-function mode or autograd hook sees them, yet they are where most fixes
 training dynamics go (LK201-LK205, LK304). `OriginWatch` records each one's line while the
 audit runs. It uses PyTorch's global parameter-registration hook and, where PyTorch has no
 hook, wraps a method for the duration of the audit (`Optimizer.__init__`,
-`Optimizer.zero_grad`, `LRScheduler.__init__`, `Module.__init__`, `Module.zero_grad`,
-`Module._apply`, `autocast.__enter__`); every wrapper calls the original first, unchanged,
-and all are restored on exit, also on errors. Memory: one small record per optimizer,
+`Optimizer.zero_grad`, `LRScheduler.__init__` and `step`, `Module.__init__`,
+`Module.zero_grad`, `Module._apply`, `autocast.__enter__`); every wrapper calls the
+original first, unchanged, and all are restored on exit, also on errors. A scheduler's
+`step()` calls are counted per line: where the user advances it, and how often (once per
+batch or once per epoch), which no learning rate alone tells. Memory: one small record per optimizer,
 scheduler, cast site, zero_grad site, and created module and parameter (capped).
 """
 from __future__ import annotations
@@ -58,6 +60,17 @@ class SchedulerOrigin:
     where: tuple | None
     function_at: tuple | None         # LambdaLR & co: the line of the lr function that gives the factor
     optimizer: Any                    # weakref to its optimizer
+    scheduler: Any = None             # weakref to the scheduler itself
+    step_sites: dict[tuple, int] = field(default_factory=dict)   # (file, line) -> step() calls from there
+
+    @property
+    def step_at(self) -> tuple | None:
+        """The line whose step() calls advanced it most (the batch loop's, when it is there too)."""
+        return max(self.step_sites, key=self.step_sites.get) if self.step_sites else None
+
+    @property
+    def step_calls(self) -> int:
+        return sum(self.step_sites.values())
 
 
 @dataclass
@@ -109,6 +122,7 @@ class OriginWatch:
         self._patches: list[_Patch] = []
         self._handles: list = []
         self._applying = False
+        self._stepping = False
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "OriginWatch":
@@ -147,6 +161,8 @@ class OriginWatch:
         patch(_Patch(lr_scheduler.LRScheduler, "__init__", after(self._scheduler_built)))
         if "__init__" in lr_scheduler.ReduceLROnPlateau.__dict__:   # does not call LRScheduler.__init__
             patch(_Patch(lr_scheduler.ReduceLROnPlateau, "__init__", after(self._scheduler_built)))
+        for kind in _stepping_schedulers():
+            patch(_Patch(kind, "step", self._wrap_scheduler_step))
         patch(_Patch(torch.amp.autocast_mode.autocast, "__enter__", after(self._autocast)))
         patch(_Patch(nn.Module, "_apply", self._wrap_apply))
 
@@ -172,8 +188,36 @@ class OriginWatch:
         functions = getattr(scheduler, "lr_lambdas", None) or []
         origin = SchedulerOrigin(type(scheduler).__name__, self.locator.locate_maker(scheduler),
                                  _function_line(functions[0]) if functions else None,
-                                 weakref.ref(optimizer) if optimizer is not None else None)
+                                 weakref.ref(optimizer) if optimizer is not None else None, weakref.ref(scheduler))
         self.schedulers.append(origin)
+
+    def _wrap_scheduler_step(self, original):
+        watch = self
+
+        def step(scheduler, *args, **kwargs):
+            # NOTE: SequentialLR and ChainedScheduler step their children: only the user's call counts.
+            if watch._stepping:
+                return original(scheduler, *args, **kwargs)
+            watch._stepping = True
+            try:
+                out = original(scheduler, *args, **kwargs)
+            finally:
+                watch._stepping = False
+            watch.guard(watch._scheduler_stepped, scheduler)
+            return out
+
+        step.__wrapped__ = original
+        step.__doc__ = getattr(original, "__doc__", None)
+        return step
+
+    def _scheduler_stepped(self, scheduler) -> None:
+        # NOTE: the step a scheduler's own __init__ takes comes before it is recorded: not counted.
+        origin = next((s for s in reversed(self.schedulers) if s.scheduler is not None and s.scheduler() is scheduler),
+                      None)
+        where = self.locator.locate() if origin is not None else None
+        if where is not None:
+            key = (where[0], where[1])
+            origin.step_sites[key] = origin.step_sites.get(key, 0) + 1
 
     def _autocast(self, ctx) -> None:
         dtype = getattr(ctx, "fast_dtype", None)
@@ -262,6 +306,14 @@ class OriginWatch:
     def zero_grad_sites(self, optimizer, param_ids: set[int]) -> list[tuple]:
         return [site.where for key, site in self.zero_grads.items()
                 if site.where is not None and self.clears(key, optimizer, param_ids)]
+
+
+def _stepping_schedulers() -> list[type]:
+    """The scheduler classes of torch that define their own step() (LRScheduler's is inherited
+    by the rest)."""
+    kinds = [getattr(lr_scheduler, name) for name in dir(lr_scheduler)]
+    return [kind for kind in kinds if isinstance(kind, type) and "step" in kind.__dict__
+            and issubclass(kind, (lr_scheduler.LRScheduler, lr_scheduler.ReduceLROnPlateau))]
 
 
 def _float(value) -> float | None:
