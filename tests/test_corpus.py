@@ -38,7 +38,7 @@ def _alarms(report: dict) -> list[str]:
 HEALTHY = ["lbfgs_closure.py", "gan_two_optimizers.py", "dqn_target_network.py", "bigram_slow.py",
            "actor_critic_one_agent.py", "dataloader_workers.py", "warm_restarts.py", "manual_sgd_lstm.py",
            "lightning_classifier.py",
-           "hf_trainer_gpt2.py"]
+           "hf_trainer_gpt2.py", "scheduler_per_batch.py"]
 # the frameworks a program needs (installed with leaky[integrations], as CI does)
 NEEDS = {"lightning_classifier.py": "lightning", "hf_trainer_gpt2.py": "transformers"}
 
@@ -90,6 +90,7 @@ MUTATIONS = [
              "LK301", "backbone"),
     Mutation("hf_trainer_gpt2.py", "loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),",
              "loss = F.cross_entropy(logits[:, :-1].softmax(-1).reshape(-1, logits.size(-1)),", "LK301"),
+    Mutation("scheduler_per_batch.py", "        optimizer.step()", "        optimizer.step(); scheduler.step()", "LK202"),
 ]
 
 
