@@ -12,11 +12,13 @@ infinite where their forward value is finite or masked:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from leaky import ops
 from leaky.checks import register
+from leaky.checks._util import line_of
 from leaky.config import AuditConfig
-from leaky.finding import Finding, Severity
+from leaky.finding import Cause, Finding, Severity, Source
 from leaky.stats import AuditStats, NonFinite
 
 _GENERIC = ("an op produced a non-finite value", "Check this op's inputs for extreme values; lower "
@@ -44,7 +46,45 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     then = None
     if other is not None and not same_place:
         then = {"phase": other.phase, "op": other.op.op, "module": other.op.module, "step": other.step}
-    return [_finding(first, other if same_place else None, then)]
+    masked = _masked_whole(stats, first)
+    finding = _finding(first, other if same_place else None, then)
+    return [finding if masked is None else _masked_row(finding, first, masked)]
+
+
+def _masked_whole(stats: AuditStats, event: NonFinite):
+    """The masked_fill site that filled a softmax's scores with -inf, when that softmax made
+    the first non-finite forward value.
+
+    NOTE: a certainty, not a guess. softmax(x) = exp(x - max x) / Σ exp(x - max x): with one
+    finite entry in a row, max x is finite and every exp is in [0, 1] with a 1 among them,
+    so the row is finite. A non-finite input other than the fill would have been flagged at
+    the op that made it, first. So the softmax's NaN comes from a row filled whole: every
+    entry masked, max x = -inf, and exp(-inf - (-inf)) = exp(NaN)."""
+    filled = event.op.detail.get("filled_by")
+    if event.phase != "forward" or filled is None:
+        return None
+    fill = next((op for op in stats.ops if op.site == filled), None)
+    if fill is None or fill.detail.get("fill") != "-inf":
+        return None
+    return fill
+
+
+def _masked_row(finding: Finding, event: NonFinite, fill) -> Finding:
+    """LK107 at a softmax whose scores a mask filled with -inf: the row masked whole is the
+    origin, and the line to change is the one that made the mask."""
+    mask_at = fill.detail.get("mask_at")
+    made = f"; the mask was made at {line_of(Source(*mask_at))}" if mask_at else ""
+    message = (f"{event.op.op} produced the first non-finite forward value at step {event.step}: a row of its input "
+               f"is -inf in every entry. {fill.op} at {line_of(fill.source)} filled the masked scores with -inf"
+               f"{made}, and it masks every entry of at least one row (a query that may attend to no key): "
+               "softmax of an all -inf row is exp(-inf - max) / Σ = 0/0 = NaN, in the forward and the backward.")
+    fix = ("Make the mask leave at least one entry of every row: check its polarity (True where to hide), let "
+           "padded queries attend to themselves (or drop their rows after the softmax), or fill with a large finite "
+           "value (torch.finfo(scores.dtype).min) instead of -inf.")
+    cause = Cause(mask_at[0], mask_at[1], "the mask made here hides whole rows") if mask_at \
+        else Cause.at(fill.source, "the mask applied here hides whole rows")
+    evidence = {**finding.evidence, "masked_row": True, "filled_at": fill.source.line if fill.source else None}
+    return replace(finding, message=message, fix=fix, cause=cause, evidence=evidence)
 
 
 def _place(event: NonFinite):

@@ -18,7 +18,7 @@ from leaky.ops.activations import LECUN
 from leaky.ops.arithmetic import SCALED_LOSS_NODE
 from leaky.ops.losses import LOG_PROBABILITIES, LOGITS, PROBABILITIES, VALUES
 from leaky.ops.movement import ACCUMULATE, COMPILED
-from leaky.ops.rule import (BOUNDS, IDENTITY, LEAKY, LOG_INPUT, REGISTRY, SOFTMAX_DIM, STRAIGHT_THROUGH, Activation,
+from leaky.ops.rule import (BOUNDS, FILL, IDENTITY, LEAKY, LOG_INPUT, REGISTRY, SOFTMAX_DIM, STRAIGHT_THROUGH, Activation,
                             Init, OpRule, Zone, register)
 
 rule = REGISTRY.rule
@@ -41,7 +41,7 @@ def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
     return names | calls.vocabulary(), nodes | {ACCUMULATE, COMPILED}
 
 
-__all__ = ["ACCUMULATE", "BOUNDS", "IDENTITY", "LEAKY", "LECUN", "SCALED_LOSS_NODE", "STRAIGHT_THROUGH", "COMPILED", "LOGITS", "LOG_INPUT", "LOG_PROBABILITIES", "PROBABILITIES",
+__all__ = ["ACCUMULATE", "BOUNDS", "FILL", "IDENTITY", "LEAKY", "LECUN", "SCALED_LOSS_NODE", "STRAIGHT_THROUGH", "COMPILED", "LOGITS", "LOG_INPUT", "LOG_PROBABILITIES", "PROBABILITIES",
            "SOFTMAX_DIM", "VALUES", "Activation", "Init", "NodeTraits", "OpRule", "REGISTRY", "Traits", "Zone", "calls",
            "family", "module_rule", "node_name", "node_rule", "node_traits", "on_change", "register", "registered",
            "rule", "traits", "unregister",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leaky.ops.rule import BOUNDS, STRAIGHT_THROUGH, OpRule, Zone, register
+from leaky.ops.rule import BOUNDS, FILL, STRAIGHT_THROUGH, OpRule, Zone, register
 
 CLAMP = Zone(
     "clamp", "d/dx clamp(x, lo, hi) = 1 inside [lo, hi] and 0 outside",
@@ -63,4 +63,4 @@ for _name, _node in (("round", "RoundBackward"), ("floor", "FloorBackward"), ("c
 register(OpRule("sgn", ("sgn_",), ("SgnBackward",), STEP.derivative, zero=STEP, counts_zeros=True))
 register(OpRule("where", (), ("WhereBackward",), SELECT.derivative, zero=SELECT, counts_zeros=True, selects=True))
 register(OpRule("masked_fill", ("masked_fill_",), ("MaskedFillBackward",), SELECT.derivative, zero=SELECT,
-                counts_zeros=True, selects=True))
+                counts_zeros=True, selects=True, detail=FILL, extra={"mask_at": 1, "value_at": 2}))

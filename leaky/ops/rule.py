@@ -122,6 +122,7 @@ IDENTITY = "identity"                   # removed: a softmax or sigmoid before a
 SOFTMAX_DIM = "dim"         # the dim a softmax normalises over, and its size
 LOG_INPUT = "input_node"    # the node that made a log's input
 BOUNDS = "bounds"           # a clamp's or hardtanh's (low, high)
+FILL = "fill"               # a masked_fill's value (-inf before a softmax masks its entries out)
 
 
 class Registry:

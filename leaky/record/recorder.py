@@ -33,7 +33,7 @@ from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.origins import OriginWatch, bare_method_statement
-from leaky.record.sites import SiteTable, SourceLocator, call_detail
+from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
 from leaky.record.params import ParamTable
@@ -101,6 +101,7 @@ class Recorder(StepTracking):
         self._bad_seen = False               # a NaN/Inf appeared in a forward output or the loss
         self.units: dict[int, UnitStats] = {}
         self.provenance = Provenance(self.locator.locate)
+        self._details = DetailContext(lambda node: node.metadata.get(self._mark), self.provenance.mask_origin_of)
         self.probes = ForwardProbes(("leaky", id(self)), self.provenance.origin_of)
         self.functions = FunctionWatch(self)
         self.batch = BatchProbe(self.left_out, self.modules.key_of, self.locator.locate)
@@ -285,7 +286,7 @@ class Recorder(StepTracking):
             site = self.sites.find(op, name, module, where)
             if site is None:
                 if detail is _UNSET:
-                    detail = call_detail(op, args, kwargs)
+                    detail = call_detail(op, args, kwargs, self._details)
                 site = self.sites.intern(op, name, module, where, node._sequence_nr(), detail)
             meta[self._mark] = site
             if first_site is None:
@@ -378,7 +379,7 @@ class Recorder(StepTracking):
                 return
         stats = self.units.get(site)
         if stats is None:
-            detail = call_detail(op, args, kwargs)
+            detail = call_detail(op, args, kwargs, self._details)
             producer = args[0].grad_fn if args and isinstance(args[0], Tensor) else None
             dim = unit_dim(out, type(producer).__name__ if producer is not None else None)
             extra = dict(detail or {})

@@ -6,6 +6,7 @@ hand-written recurrence.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -101,8 +102,19 @@ class SiteTable:
         return index
 
 
-def call_detail(op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-    """What of the call a check needs later: a softmax's dim, a clamp's bounds, what fed a log."""
+@dataclass(frozen=True)
+class DetailContext:
+    """What call_detail may ask the recorder: the site an autograd node was filed under, and
+    the line that made a boolean mask (record/provenance.py)."""
+
+    site_of: Any          # node -> site index | None
+    mask_origin: Any      # tensor -> (file, line) | None
+
+
+def call_detail(op: str, args: tuple, kwargs: dict, context: DetailContext | None = None) -> dict[str, Any] | None:
+    """What of the call a check needs later: a softmax's dim (and the masked_fill site that
+    filled its scores), a clamp's bounds, what fed a log, a masked_fill's value and where its
+    mask was made."""
     rule = ops.rule(op)
     kind = None if rule is None else rule.detail
     if kind == ops.SOFTMAX_DIM and args and isinstance(args[0], Tensor):
@@ -111,10 +123,44 @@ def call_detail(op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
         x = args[0]
         if dim is None:
             dim = 0 if x.ndim in (0, 1, 3) else 1   # torch's legacy implicit dim
-        return {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
+        detail = {"dim": int(dim), "dim_size": int(x.shape[dim]) if x.ndim else 1}
+        filled = _fill_site(x.grad_fn, context)
+        return detail if filled is None else {**detail, "filled_by": filled}
+    if kind == ops.FILL:
+        return _fill_detail(rule, args, kwargs, context)
     if kind == ops.LOG_INPUT and args and isinstance(args[0], Tensor) and args[0].grad_fn is not None:
         return {"input_node": type(args[0].grad_fn).__name__}
     if kind == ops.BOUNDS:
         low, high = rule.bounds(args, kwargs)
         return {"low": low, "high": high}
+    return None
+
+
+def _fill_detail(rule, args: tuple, kwargs: dict, context: DetailContext | None) -> dict[str, Any]:
+    """A masked_fill's value (a float; None when it is no single number) and the line that made
+    its mask."""
+    at, value_at = rule.extra["mask_at"], rule.extra["value_at"]
+    mask = args[at] if len(args) > at else kwargs.get("mask")
+    value = args[value_at] if len(args) > value_at else kwargs.get("value")
+    if isinstance(value, Tensor):
+        value = float(value) if value.numel() == 1 else None   # once per site: a 0-d value on the host
+    where = context.mask_origin(mask) if context is not None else None
+    where = (where[0], where[1]) if where else None   # (file, line)
+    if value is not None:
+        value = float(value)
+        value = value if math.isfinite(value) else str(value)   # "-inf": JSON has no infinity
+    return {"fill": value, "mask_at": where}
+
+
+def _fill_site(node, context: DetailContext | None, depth: int = 4) -> int | None:
+    """The site of the masked_fill that filled a softmax's input, through views and copies
+    (ops.passes_gradient); None when there is none."""
+    while context is not None and node is not None and depth > 0:
+        rule = ops.node_rule(type(node).__name__)
+        if rule is not None and rule.detail == ops.FILL:
+            return context.site_of(node)
+        if not ops.passes_gradient(type(node).__name__):
+            return None
+        inputs = [fn for fn, _ in node.next_functions if fn is not None]
+        node, depth = (inputs[0] if len(inputs) == 1 else None), depth - 1
     return None
