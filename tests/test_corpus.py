@@ -38,7 +38,8 @@ def _alarms(report: dict) -> list[str]:
 HEALTHY = ["lbfgs_closure.py", "gan_two_optimizers.py", "dqn_target_network.py", "bigram_slow.py",
            "actor_critic_one_agent.py", "dataloader_workers.py", "warm_restarts.py", "manual_sgd_lstm.py",
            "lightning_classifier.py",
-           "hf_trainer_gpt2.py", "scheduler_per_batch.py"]
+           "hf_trainer_gpt2.py", "scheduler_per_batch.py",
+           "layer_local.py", "seq2seq_one_pair.py", "char_gru_time_major.py", "masked_attention.py"]
 # the frameworks a program needs (installed with leaky[integrations], as CI does)
 NEEDS = {"lightning_classifier.py": "lightning", "hf_trainer_gpt2.py": "transformers"}
 
@@ -91,6 +92,14 @@ MUTATIONS = [
     Mutation("hf_trainer_gpt2.py", "loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),",
              "loss = F.cross_entropy(logits[:, :-1].softmax(-1).reshape(-1, logits.size(-1)),", "LK301"),
     Mutation("scheduler_per_batch.py", "        optimizer.step()", "        optimizer.step(); scheduler.step()", "LK202"),
+    # a layer trained alone with a far too high rate kills its own units (judged on its own steps)
+    Mutation("layer_local.py", "self.opt = torch.optim.Adam(self.parameters(), lr=args.lr)",
+             "self.opt = torch.optim.Adam(self.parameters(), lr=args.lr * 100)", "LK102"),
+    # a padding mask of the wrong polarity hides every real token: whole rows are -inf
+    Mutation("masked_attention.py", "pad = tokens == PAD", "pad = tokens != PAD", "LK107"),
+    # a `view` where a transpose was meant scatters the batch over time
+    Mutation("char_gru_time_major.py", "e = e.transpose(0, 1)  ", "e = e.view(args.seq, args.batch, -1)", "LK306",
+             "CharGRU"),
 ]
 
 
@@ -129,3 +138,39 @@ def test_two_models_held_by_one_agent_are_named_apart(tmp_path):
     names = [row["module"] for row in report["modules"]]
     assert len(names) == len(set(names))
     assert {"agent.actor.4", "agent.critic.4", "agent.actor.0", "agent.critic.0"} <= set(names)
+
+
+def test_a_time_major_batch_is_named_by_its_own_size(tmp_path):
+    """B = 16, T = 32: the batch that a `view` mixes is the 16 samples, not the 32 steps."""
+    path, _ = _mutate(next(m for m in MUTATIONS if m.script == "char_gru_time_major.py"), tmp_path)
+    _, report = _run("audit", path, tmp_path)
+    (probe,) = report["batch_probes"]
+    assert probe["mixed"] and probe["batch"] == 16
+    (finding,) = [f for f in report["findings"] if f["code"] == "LK306"]
+    assert "batch of 16" in finding["message"]
+
+
+def test_a_batch_of_one_has_no_batch_to_mix(tmp_path):
+    """One sentence pair at a time (`.view(1, 1, -1)`): the loss is over one sample, so the
+    decoder's hidden size (256) and its attention length are no batch."""
+    _, report = _run("audit", CORPUS / "seq2seq_one_pair.py", tmp_path)
+    assert not any(f["code"] == "LK306" for f in report["findings"])
+    assert all(not probe["mixed"] for probe in report["batch_probes"])
+
+
+def test_an_optimizer_never_stepped_is_named_as_the_script_names_it(tmp_path):
+    """The decoder's optimizer is built and never stepped: one finding, at the line that built
+    it (not the encoder's optimizer's), naming `decoder_optimizer` and no `model`."""
+    mutation = Mutation("seq2seq_one_pair.py", "    decoder_optimizer.step()", "    pass", "LK201")
+    path, _ = _mutate(mutation, tmp_path)
+    built = 1 + next(i for i, text in enumerate(path.read_text().splitlines())
+                     if text.startswith("decoder_optimizer = "))
+    rc, report = _run("audit", path, tmp_path)
+    stale = [f for f in report["findings"] if f["code"] == "LK201"]
+    assert len(stale) == 1, stale
+    (finding,) = stale
+    assert finding["severity"] == "error" and rc == 1
+    assert finding["source"]["line"] == built
+    assert "`decoder_optimizer`" in finding["message"] and "never called" in finding["message"]
+    assert "decoder_optimizer.step()" in finding["fix"] and "model." not in finding["fix"]
+    assert finding["module"] == "decoder"
