@@ -226,7 +226,8 @@ def summary_line(report) -> Text:
 def explained_renderable(explained: list[Finding]) -> Group:
     """What a root cause explains, under it: one line each, the finding's heading, cut at the
     width (its full text, whose advice is the root's, is in the JSON report)."""
-    lines = [Text(" " * INDENT + f"explains {len(explained)} more, which follow from it:", style="dim")]
+    more = f"{len(explained)} more finding{'s' if len(explained) != 1 else ''}"
+    lines = [Text(" " * INDENT + f"explains {more}, told under it:", style="dim")]
     for finding in explained:
         lead = " " * INDENT + "↳ "
         heading = Text(lead + str(finding_renderable(finding)).split("\n")[0], no_wrap=True, overflow="ellipsis")
