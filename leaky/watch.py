@@ -10,8 +10,12 @@ copied to the host in batches. Every `every` steps the full audit instruments ru
 step, the audit's one-time probes included (LK306's batch probe, the re-check of custom
 autograd Functions, the first loss, the raw inputs), each on the first sampled step where
 it applies; after it the checks run on everything seen so far (at most once every CHECK_GAP
-steps), and new findings are announced once and stored. At `every=1` a watch reaches the
-verdict of an audit over the same steps (tests/test_commands_agree.py). The store is optional in Python and the default on the command line.
+steps), and new findings are announced once (`on_finding`; again if one rises in severity)
+and stored. `leaky watch` announces each warning and error in one line as it appears
+(leaky/report/announce.py) and tells it in full in the final report, with one line for the
+announced findings that the end no longer reports (`unconfirmed`). At `every=1` a watch
+reaches the verdict of an audit over the same steps (tests/test_commands_agree.py). The
+store is optional in Python and the default on the command line.
 """
 from __future__ import annotations
 
@@ -81,7 +85,8 @@ class Watch(Audit):
         self.argv = list(argv if argv is not None else sys.argv[1:])
         self.store: Store | None = None
         self.run_id: int | None = None
-        self.seen: dict[tuple, Finding] = {}
+        self.seen: dict[tuple, Finding] = {}        # each finding as the last pass saw it
+        self.announced: dict[tuple, Finding] = {}   # each as announced, at its most severe
         self._folded = 0
         self._checked_at: int | None = None    # step of the last check pass
 
@@ -150,19 +155,32 @@ class Watch(Audit):
             raise FailFast()
 
     def _announce(self, findings, step) -> list[Finding]:
-        """Store every finding (updating its last step); return and announce the new ones."""
+        """Store every finding (updating its last step); return and announce the new ones:
+        those first seen, and those seen before at a lower severity (an info that the run's
+        evidence has since made a warning is announced again, as the warning)."""
         new = []
         for finding in findings:
             key = _key(finding)
-            first = key not in self.seen
             self.seen[key] = finding
             if self.store is not None:
                 self.store.record_finding(self.run_id, finding.to_dict(), step)
-            if first:
+            before = self.announced.get(key)
+            if before is None or finding.severity.rank > before.severity.rank:
+                self.announced[key] = finding
                 new.append(finding)
                 if self.on_finding is not None:
                     self.on_finding(finding, step)
         return new
+
+    @property
+    def unconfirmed(self) -> list[tuple[Finding, Finding | None]]:
+        """The findings announced during the run that the final pass no longer reports, or
+        reports as less severe: each as announced, and as the end reports it (None when not
+        at all). Their evidence changed as the run went on (units that fired again, a high
+        update ratio while the loss kept falling). Read after the run, as `.report`."""
+        final = {_key(f): f for f in self.report.findings}
+        return [(f, final.get(key)) for key, f in self.announced.items()
+                if key not in final or final[key].severity.rank < f.severity.rank]
 
 
 def _finite(value):

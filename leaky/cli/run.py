@@ -61,7 +61,8 @@ def cmd_audit(args) -> int:
 
 
 def cmd_watch(args) -> int:
-    from leaky.report.terminal import finding_renderable, print_report
+    from leaky.report.announce import announced, announcement, unconfirmed_line
+    from leaky.report.terminal import print_report
     from leaky.script import ScriptError, run_script
     from leaky.store import StoreError
     from leaky.watch import DEFAULT_EVERY, Watch
@@ -72,9 +73,9 @@ def cmd_watch(args) -> int:
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     try:
         with Progress(err, None) as progress:
-            def announce(finding, step):
-                if main_process():
-                    progress.print(finding_renderable(finding, lead=Text(f"step {step}: ", style="bold")))
+            def announce(finding, step):   # one line each; the full text is the report's
+                if main_process() and announced(finding):
+                    progress.print(announcement(finding, step))
 
             def make(script):
                 sinks = []
@@ -105,6 +106,9 @@ def cmd_watch(args) -> int:
     for note in report.run.get("notes", []):
         error(note)
     print_report(report, out, table=not args.no_table)
+    unconfirmed = [(said, now) for said, now in run.audit.unconfirmed if announced(said)]
+    if unconfirmed:
+        out.print(unconfirmed_line(unconfirmed), soft_wrap=True)
     if run.audit.run_id is not None:
         out.print(Text(f"leaky: run {run.audit.run_id} stored in {args.store} "
                        f"(leaky show {run.audit.run_id} --store {args.store})", style="dim"))
