@@ -161,6 +161,13 @@ class AuditConfig:
     loss_min_steps: int = 20
     loss_flat_share: float = 0.01     # less than 1% lower at the end: flat
     loss_rise_factor: float = 1.5     # 50% higher at the end: diverging
+    # LK205: ... and the rise beyond this many standard errors of the step-to-step noise: the
+    # noise σ² ≈ mean(Δloss²) / 2 (von Neumann: Δ of two iid draws has variance 2σ², and a
+    # smooth trend adds little to it; heavy-tailed batches count in full); the difference of
+    # two means of k steps has sd σ·√(2/k). A loss of minibatches
+    # on different data (PPO's epochs over a rollout) swings from step to step; a rise within
+    # its spread is no trend. A diverging loss rises step after step, far beyond it.
+    loss_rise_noise_z: float = 3.0
     loss_rising_share: float = 0.1    # LK204: 10% higher at the end is rising, not flat (LK205's)
     # LK204/LK205: a learning rate that rises more than this many times from one step to the
     # next is a restart (the loss is judged within the periods between restarts); one that

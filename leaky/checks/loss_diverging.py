@@ -50,7 +50,8 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
         if objective.resets_too_frequent(config):
             return None
         return _rise_within_periods(objective, objective.periods(), config, found, of)
-    if curve.start > 0 and curve.end > curve.start * config.loss_rise_factor:
+    if curve.start > 0 and curve.end > curve.start * config.loss_rise_factor \
+            and _beyond_noise(objective.rows, curve, config):
         message = (f"the loss{of} rose from {num(curve.start)} to {num(curve.end)} over {curve.steps} steps "
                    f"({num(curve.end / curve.start)}×).{cause_text(found)}")
         return _finding(Severity.WARNING, message, found, curve.last_step,
@@ -62,6 +63,17 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
         return _finding(Severity.WARNING, message, found, curve.last_step,
                         {"swing_growth": growth, "optimizer": objective.optimizer})
     return None
+
+
+def _beyond_noise(rows, curve, config: AuditConfig) -> bool:
+    """Whether the rise from the first tenth to the last is a trend and not the series'
+    own step-to-step spread (see AuditConfig.loss_rise_noise_z)."""
+    losses = [loss for _, loss in rows if math.isfinite(loss)]
+    if len(losses) < 6:
+        return True
+    k = max(3, len(losses) // 10)   # the window curve_of averages
+    sigma = math.sqrt(statistics.fmean((b - a) ** 2 for a, b in zip(losses, losses[1:])) / 2)
+    return curve.end - curve.start > config.loss_rise_noise_z * sigma * math.sqrt(2 / k)
 
 
 def _rise_within_periods(objective: Objective, periods, config: AuditConfig, found, of: str) -> Finding | None:
