@@ -261,15 +261,6 @@ def _with_samples(stats: UnitStats, samples: int, counted: int) -> UnitStats:
     return merged
 
 
-def _histogram(host: dict, stats: UnitStats) -> dict | None:
-    """The picture of an activation layer, from what was already accumulated."""
-    if host["hist"] is not None:
-        edges = np.linspace(HIST_LOW, 0.0, len(host["hist"]) + 1)
-        return {"kind": "log10_derivative_share", "edges": edges.tolist(), "counts": host["hist"].tolist(),
-                "flat_below": math.log10(stats.detail["flat_share"])}
-    if host["active"] is not None and stats.counted:
-        rates = host["active"] / stats.counted
-        counts, edges = np.histogram(rates, bins=20, range=(0.0, 1.0))
 def _ran_clean(units: UnitStats, observed, first_bad: int | None) -> list[int]:
     """The observed steps before the first non-finite one at which this site ran: a layer
     that was not run at a step (trained first, then left alone; a branch taken now and then)
@@ -281,6 +272,15 @@ def _ran_clean(units: UnitStats, observed, first_bad: int | None) -> list[int]:
     return [s for s in observed if (first_bad is None or s < first_bad) and (ran is None or s in ran or s < before)]
 
 
+def _histogram(host: dict, stats: UnitStats) -> dict | None:
+    """The picture of an activation layer, from what was already accumulated."""
+    if host["hist"] is not None:
+        edges = np.linspace(HIST_LOW, 0.0, len(host["hist"]) + 1)
+        return {"kind": "log10_derivative_share", "edges": edges.tolist(), "counts": host["hist"].tolist(),
+                "flat_below": math.log10(stats.detail["flat_share"])}
+    if host["active"] is not None and stats.counted:
+        rates = host["active"] / stats.counted
+        counts, edges = np.histogram(rates, bins=20, range=(0.0, 1.0))
         return {"kind": "fire_rate", "edges": edges.tolist(), "counts": counts.tolist(),
                 "never": int((host["active"] == 0).sum())}
     return None
