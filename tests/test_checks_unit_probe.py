@@ -24,8 +24,27 @@ def test_lk308_fires_when_most_of_the_loss_is_left():
     finding = fires("LK308", stats, config=CONFIG)
     assert finding.source.line == 22 and finding.evidence["remaining"] == pytest.approx(1.5 / 1.6, rel=1e-3)
     assert "LK106 dead-zone" in finding.message
-    # without an audited cause, the finding sits at loss.backward()
-    assert fires("LK308", OverfitStats(_curve(1.6, 1.5), 200, loss_site=("train.py", 30)), config=CONFIG).source.line == 30
+    # without an audited cause there is no line to change: none is named (not loss.backward()'s), and it says so
+    bare = fires("LK308", OverfitStats(_curve(1.6, 1.5), 200, loss_site=("train.py", 30)), config=CONFIG)
+    assert bare.source is None and bare.module is None and "cannot tell which line" in bare.message
+    # a cause says why in its own words, and its fix is the fix
+    head = AuditNote("LK301", "loss-output-mismatch", "error", "3 · softplus (train.py:8)", "3", ("train.py", 8),
+                     "mse_loss regresses the output of softplus, which lies in [0, inf], onto targets in [-3, 3]",
+                     "Drop the squashing on the output layer")
+    placed = fires("LK308", OverfitStats(_curve(1.6, 1.5), 200, audit=(head,)), config=CONFIG)
+    assert (placed.module, placed.source.line) == ("3", 8) and "lies in [0, inf]" in placed.message
+    assert placed.fix.endswith("Drop the squashing on the output layer")
+
+
+def test_lk308_judges_each_window_against_its_own_floor():
+    """Mixup draws its weights anew each step: the floor of the first loss and of the last
+    steps' mean differ, and each is subtracted from its own loss."""
+    losses = _curve(1.4, 0.58)
+    floors = (0.40,) + (0.55,) * 199
+    stats = OverfitStats(losses, 200, floor=0.55, floors=floors)
+    assert stats.first_floor == 0.40 and stats.remaining == pytest.approx((stats.last - 0.55) / (1.4 - 0.40))
+    quiet("LK308", stats, config=CONFIG)
+    fires("LK308", OverfitStats(losses, 200), config=CONFIG)          # against 0 it keeps 41%
 
 
 def test_lk308_quiet_for_a_memorised_batch_and_at_its_floor():
@@ -61,6 +80,16 @@ def test_lk309_fires_when_real_inputs_do_no_better():
     cut = AuditNote("LK108", "no-gradient-path", "error", "body", "body", ("t.py", 4))
     fires("LK309", _inputs(1.2, 1.0, audit=(cut,)), config=CONFIG)       # worse, through a cut path
     quiet("LK309", _inputs(1.2, 1.0, reached=True), config=CONFIG)       # worse, but learnable: not yet learned
+
+
+def test_lk309_at_the_line_that_reordered_one_side_or_says_it_cannot():
+    mispaired = {"file": "train.py", "line": 9, "side": "the inputs", "other": None, "inputs": "7, 3, ...",
+                 "targets": "0, 1, ...", "met": None}
+    finding = fires("LK309", _inputs(1.03, 1.02, mispaired=mispaired, reached=True), config=CONFIG)
+    assert (finding.source.file, finding.source.line) == ("train.py", 9)
+    assert "not the same samples" in finding.message and "torch.randperm" in finding.fix
+    bare = fires("LK309", _inputs(1.03, 1.02, reached=True), config=CONFIG)
+    assert bare.source is None and "cannot tell which line" in bare.message
 
 
 def test_lk309_quiet_when_real_inputs_beat_the_zeros_beyond_the_noise():

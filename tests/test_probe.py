@@ -222,7 +222,7 @@ def test_json_schema_exit_codes_and_untouched_files(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["schema"] == "leaky/probe-v1"
     assert set(data) == {"schema", "program", "config", "reproducible", "difference", "noise", "probes", "findings",
-                         "runs", "seconds"}
+                         "audit", "runs", "seconds"}
     assert set(data["config"]) == {"steps", "holdout", "repeats", "audit_steps", "overfit_fraction"}
     assert set(data["noise"]) == {"scores", "margin", "how"} and len(data["noise"]["scores"]) == 2
     for entry in data["probes"]:

@@ -20,7 +20,14 @@ from leaky.finding import Finding, Severity, Source
 from leaky.probe.config import ProbeConfig
 from leaky.probe.stats import InputStats
 
-_CUTS = ("LK108", "LK106", "LK102", "LK101", "LK303")
+# Audit findings that stop the input's layers from learning (LK103: the gradient is lost
+# before it reaches them).
+_CUTS = ("LK108", "LK106", "LK102", "LK101", "LK103", "LK303")
+
+
+_PAIR_FIX = ("Select and shuffle the inputs and the targets with one index: perm = torch.randperm(len(X)); "
+             "X, y = X[perm], y[perm] (or one TensorDataset(X, y) in one DataLoader with shuffle=True), never "
+             "one permutation or loader each.")
 
 
 @register("LK309", "input-ignored", "zeroed inputs train as well as the real ones (leaky probe)", probe=True)
@@ -35,38 +42,58 @@ def check(stats: InputStats, config: ProbeConfig) -> list[Finding]:
     if worse and stats.reached is not False and not any(a.code == "LK108" and a.severity != "info"
                                                         for a in stats.audit):
         return []
-    module, source, where = _place(stats)
+    module, source, where, placed_fix = _place(stats)
     scored = "held-out" if stats.held_out else "last training"
     than = "worse than" if worse else "no better than"
     message = (f"trained on its real inputs the model's {scored} loss is {num(stats.real)}, {than} with every "
                f"input replaced by zeros ({num(stats.zeroed)}; noise {num(stats.margin)}): the model does not use "
                f"its input{where}.")
-    fix = ("Follow the input through forward: a line that overwrites it (x = x * 0, torch.zeros_like(x), a "
-           "buffer used in its place), a feature path cut with .detach() or no_grad so that only a bias "
-           "learns, or preprocessing that makes every sample the same (a normalisation by the wrong axis, a "
-           "mask that is all zero). Print x.std(0) where the model receives it.")
+    fix = placed_fix or (
+        "Follow the input through forward: a line that overwrites it (x = x * 0, torch.zeros_like(x), a "
+        "buffer used in its place), a feature path cut with .detach() or no_grad so that only a bias "
+        "learns, or preprocessing that makes every sample the same (a normalisation by the wrong axis, a "
+        "mask that is all zero). Print x.std(0) where the model receives it.")
     evidence = {"real_loss": stats.real, "zeroed_loss": stats.zeroed, "margin": stats.margin,
                 "gain": stats.gain, "scores": list(stats.scores), "held_out": stats.held_out,
                 "zeroed": list(stats.zeroed_kinds), "lost_at": stats.lost, "input_reaches_output": stats.reached,
+                "mispaired": stats.mispaired,
                 "audit": [a.to_dict() for a in stats.audit]}
     return [Finding("input-ignored", "LK309", Severity.ERROR, message, fix, module, stats.lost["op"]
                     if stats.lost else None, source, None, evidence)]
 
 
-def _place(stats: InputStats) -> tuple[str | None, Source | None, str]:
-    """(module, source, the words that say where): the op that made the input constant; the
-    model's forward, when the input never reached its output; an audited cut; else none."""
+def _place(stats: InputStats) -> tuple[str | None, Source | None, str, str | None]:
+    """(module, source, the words that say where, a fix of its own): the op that made the
+    input constant; the model's forward, when the input never reached its output; the
+    selection of rows that paired the inputs with other samples' targets; an audited cut;
+    else none, said plainly."""
     lost = stats.lost
     if lost is not None and lost.get("file"):
         return (lost["module"], Source(lost["file"], lost["line"]),
                 f": {lost['op']} at {os.path.basename(lost['file'])}:{lost['line']} makes it the same for "
-                "every sample")
+                "every sample", None)
     if stats.reached is False and stats.forward is not None:
         forward = stats.forward
         return ("", Source(forward["file"], forward["line"]),
-                f": {forward['model']}.forward does not pass it on to its output")
+                f": {forward['model']}.forward does not pass it on to its output", None)
+    paired = stats.mispaired
+    if paired is not None and paired.get("file"):
+        others = "the targets" if paired["side"] == "the inputs" else "the inputs"
+        other, at = paired.get("other"), f"{os.path.basename(paired['file'])}:{paired['line']}"
+        if other and (other["file"], other["line"]) == (paired["file"], paired["line"]):
+            how = f"The inputs and the targets were each reordered or selected on their own at {at}"
+        elif other:
+            how = (f"{paired['side'].capitalize()} were reordered or selected at {at}, {others} separately at "
+                   f"{os.path.basename(other['file'])}:{other['line']}")
+        else:
+            how = f"{paired['side'].capitalize()} were reordered or selected at {at} and {others} were not"
+        return (None, Source(paired["file"], paired["line"]),
+                f": the inputs and the targets are not the same samples. {how}: the first batch's inputs are rows "
+                f"{paired['inputs']} of their data, its targets rows {paired['targets']} of theirs, so each input "
+                "is paired with another sample's target", _PAIR_FIX)
     cut = next((a for a in stats.audit if a.code in _CUTS and a.severity != "info"), None)
     if cut is not None:
         return (cut.module, Source(*cut.source) if cut.source else None,
-                f"; the audit shows {cut.code} {cut.name} at {cut.where}")
-    return None, None, ""
+                f"; the audit shows {cut.code} {cut.name} at {cut.where}", None)
+    return (None, None, "; leaky cannot tell which line: the input varies between samples and reaches the output, "
+            "its rows match the targets' as far as leaky could follow them, and the audit shows no cut", None)

@@ -106,6 +106,10 @@ register(OpRule("gumbel_softmax", (), (), "softmax((logits + g) / tau): its Jaco
                     "(tau = max(0.5, exp(-r·step)), Jang et al. 2017), or train with the soft sample and switch to "
                     "hard=True only at the end.")}))
 register(OpRule("softsign", (), ("SoftsignBackward",), keeps_finite=True))
+# softplus(x) = log(1 + e^x) > 0: an output layer through it cannot reach a target below 0
+# (LK301's unreachable targets, LK308's cause); its derivative sigmoid(x) → 0 as x → −∞.
+register(OpRule("softplus", (), ("SoftplusBackward",), "d/dx softplus(x) = sigmoid(x), in (0, 1)",
+                keeps_finite=True, output_range=(0.0, math.inf), module="Softplus"))
 for _name, _nodes in (("leaky_relu", ("LeakyReluBackward",)), ("elu", ("EluBackward",)),
                       ("gelu", ("GeluBackward",)), ("silu", ("SiluBackward",)), ("mish", ("MishBackward",))):
     register(OpRule(_name, (f"{_name}_",), _nodes, counts_zeros=_name in ("leaky_relu", "elu"),

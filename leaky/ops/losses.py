@@ -95,6 +95,82 @@ FLOORS = {"cross_entropy": _cross_entropy_floor, "nll_loss": _zero, "kl_div": _z
           "mse_loss": _zero, "l1_loss": _zero, "smooth_l1_loss": _zero, "huber_loss": _zero}
 
 
+# A weighted sum of one loss on one input z, Σ_k c_k·loss(z, t_k) with c_k >= 0 (mixup's
+# lam·CE(z, y_a) + (1 - lam)·CE(z, y_b)): cross-entropy and binary cross-entropy are linear in
+# their target, so the sum is C·loss(z, t̄) with C = Σ c_k and t̄ = Σ c_k t_k / C, whose floor is
+# C·H(t̄): C·H(lam) per sample whose two labels differ. For squared error
+# Σ c_k (z − t_k)² = C (z − t̄)² + Σ c_k (t_k − t̄)², whose floor is the second term.
+_MIXED = {"cross_entropy": "distribution", "nll_loss": "distribution", "binary_cross_entropy": "binary",
+          "binary_cross_entropy_with_logits": "binary", "mse_loss": "squared"}
+
+
+def _distribution(name: str, arguments: dict):
+    """The target of a cross-entropy as probabilities over dim 1 (N, C, ...): one-hot,
+    label-smoothed, or as given. None where it is no distribution (class weights, ignored
+    labels)."""
+    import torch
+
+    logits, target = arguments.get("input"), arguments.get("target")
+    if logits is None or target is None or logits.dim() < 2 or arguments.get("weight") is not None:
+        return None
+    classes = logits.shape[1]
+    smoothing = float(arguments.get("label_smoothing", 0.0) or 0.0)
+    if target.is_floating_point():
+        q = target.float()
+    else:
+        if bool((target == arguments.get("ignore_index", -100)).any()) or bool(((target < 0) | (target >= classes)).any()):
+            return None
+        q = torch.nn.functional.one_hot(target.long(), classes).movedim(-1, 1).float()
+    return (1 - smoothing) * q + smoothing / classes
+
+
+def mixed_floor(name: str, parts: list[tuple[float, dict]]) -> float | None:
+    """The least Σ_k c_k·`name`(z, ...) can be over z, for the (c_k, bound arguments) of
+    terms of one loss on one input z; None where it is not known."""
+    import torch
+
+    if not parts or any(c < 0 for c, _ in parts):
+        return None
+    if len(parts) == 1:
+        floor = floor_of(name, parts[0][1])
+        return None if floor is None else parts[0][0] * floor
+    total = sum(c for c, _ in parts)
+    reductions = {arguments.get("reduction", "mean") for _, arguments in parts}
+    kind = _MIXED.get(name)
+    if kind is None or len(reductions) != 1 or total <= 0:
+        floors = [floor_of(name, arguments) for _, arguments in parts]
+        same = all(_same_target(parts[0][1], arguments) for _, arguments in parts)
+        return None if None in floors or not same else total * floors[0]
+    reduction = reductions.pop()
+    try:
+        if kind == "distribution":
+            qs = [_distribution(name, arguments) for _, arguments in parts]
+            if any(q is None for q in qs) or len({tuple(q.shape) for q in qs}) != 1:
+                return None
+            mixed = sum(c * q for (c, _), q in zip(parts, qs)) / total
+            return None if (per := _reduced(_entropy(mixed).sum(dim=1), reduction)) is None else total * per
+        targets = [arguments.get("target") for _, arguments in parts]
+        if any(t is None for t in targets) or len({tuple(t.shape) for t in targets}) != 1 or any(
+                arguments.get("weight") is not None or arguments.get("pos_weight") is not None for _, arguments in parts):
+            return None
+        mean = sum(c * t.float() for (c, _), t in zip(parts, targets)) / total
+        if kind == "binary":
+            per = _reduced(_entropy(mean) + _entropy(1 - mean), reduction)
+            return None if per is None else total * per
+        spread = sum(c * (t.float() - mean) ** 2 for (c, _), t in zip(parts, targets))
+        return _reduced(spread, reduction)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
+def _same_target(a: dict, b: dict) -> bool:
+    import torch
+
+    ta, tb = a.get("target"), b.get("target")
+    return ta is tb or (isinstance(ta, torch.Tensor) and isinstance(tb, torch.Tensor) and ta.shape == tb.shape
+                        and torch.equal(ta, tb))
+
+
 def floor_of(name: str, arguments: dict) -> float | None:
     """The least value the loss `name` can take with these (bound) arguments; None: unknown."""
     function = FLOORS.get(name)

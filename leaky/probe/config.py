@@ -9,8 +9,10 @@ class ProbeConfig:
     steps: int = 200          # K: training steps of every probe run (the repeated batch's too)
     holdout: int = 20         # H: held-out steps after step K, model frozen, that score LK309's runs
     repeats: int = 2          # real-input runs with shifted seeds, for LK309's noise
-    audit_steps: int = 20     # steps audited in LK309's runs
-    overfit_audit_steps: int | None = None   # steps audited in LK308's run; None: all K
+    audit_steps: int = 20     # steps audited in every run; the first run's audit is the evidence
+    # steps audited in LK308's run (None: audit_steps). Its audit is not evidence: the repeated
+    # batch is the probe's doing (a memorised batch makes a slow or stale parameter).
+    overfit_audit_steps: int | None = None
     # LK308: what is left of the reducible loss, (L_K - floor) / (L_0 - floor), after K steps
     # on one repeated batch; above this, the model cannot memorise it. Healthy scripts of five
     # kinds (MLPs, a BatchNorm CNN, LSTM/GRU, a tiny Transformer LM, regression; Adam, AdamW,

@@ -34,8 +34,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
 from leaky import ops
+from leaky.probe.floor import LossTerms
 from leaky.record.modules import remove_global_hook
 from leaky.record.sites import SourceLocator
+
+_BACKWARD = "backward"   # Tensor.backward, as a torch-function mode sees it (leaky's patch keeps the name)
 
 # Ops that take only their input's shape, not its values: their constant output loses nothing.
 _SHAPE_ONLY = {"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros", "new_ones", "new_empty",
@@ -72,15 +75,29 @@ class ModelCalls:
     owns parameters, called from outside every other such module (a loss module owns none).
     Subclasses override `on_model(module, args) -> new args | None` and `after_model`."""
 
-    outer = True    # entered after the audit: the audit sees what the model is given
+    # NOTE: entered before the audit, as leaky fix's parts are: the recorder's mode then sits
+    # above this one and can step aside for the optimizer's step and for its own re-run of a
+    # model (LK306's batch probe). A probe mode above it kept it on there, and the audit took
+    # that re-run for the program's ops: LK105 on a feed-forward MLP, located at `opt.step()`.
+    outer = False
 
     def __init__(self) -> None:
         self.depth = 0
         self.applied: list[str] = []
         self._owns: dict[int, bool] = {}
         self._handles = []
+        self._pre_hooks = None
+
+    @property
+    def live(self) -> bool:
+        """Whether the global module hooks are still the ones entered with. leaky's own re-run
+        of a model (LK306's batch probe, record/rerun.py `untouched`) swaps them out for its
+        duration: then which calls are a model's cannot be told, and every call is left alone
+        (those ops are the observer's, never the program's batch)."""
+        return module_globals._global_forward_pre_hooks is self._pre_hooks
 
     def __enter__(self):
+        self._pre_hooks = module_globals._global_forward_pre_hooks
         self._handles = [module_globals.register_module_forward_pre_hook(self._pre),
                          module_globals.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)]
         return self
@@ -127,7 +144,7 @@ class FirstBatchReplay(ModelCalls):
         self.step = 0                       # lead optimizer steps done
         self.inputs: dict[tuple, dict[int, torch.Tensor]] = {}   # (model, call) -> {arg index: value}
         self.targets: dict[tuple, torch.Tensor] = {}             # (site, call, arg) -> value
-        self.floors: list[tuple[str, float | None, float]] = []  # first step: (loss, its floor, its value)
+        self.terms = LossTerms()            # the loss calls of each step and their weights (LK308's floor)
         self.unmatched: list[str] = []      # where a later step fed a tensor the first did not
         self.keyword_inputs = False
         self.replayed = 0                   # tensors given their first-step value
@@ -135,7 +152,6 @@ class FirstBatchReplay(ModelCalls):
         self._lead = None
         self._locator = SourceLocator()
         self._mode = _Mode(self._on_call)
-        self._signatures: dict = {}
 
     def __enter__(self) -> "FirstBatchReplay":
         super().__enter__()
@@ -157,6 +173,7 @@ class FirstBatchReplay(ModelCalls):
         if optimizer is self._lead:
             self.step += 1
             self._calls.clear()
+            self.terms.next_step()
 
     def _occurrence(self, key) -> int:
         count = self._calls.get(key, 0)
@@ -183,14 +200,19 @@ class FirstBatchReplay(ModelCalls):
             self.keyword_inputs = True
 
     def _on_call(self, func, args, kwargs):
-        if self.depth or not torch.is_grad_enabled():
+        if self.depth or not torch.is_grad_enabled() or not self.live:
             return func(*args, **kwargs)
         flat = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
         if any(t.requires_grad for t in flat) and any(_is_data(t) and t.numel() > 1 for t in flat):
             args, kwargs = self._targets(func, args, kwargs)
+        name = getattr(func, "__name__", "")
+        if name == _BACKWARD:
+            self.terms.note_backward()
         out = func(*args, **kwargs)
-        if self.step == 0:
-            self._note_floor(func, args, kwargs, out)
+        if name in ops.losses.FLOORS:
+            where = self._locator.locate()
+            site = (name,) + (tuple(where[:2]) if where else ())
+            self.terms.note(func, args, kwargs, out, site[1:] + (self._occurrence(("loss", site)),))
         return out
 
     def _targets(self, func, args, kwargs):
@@ -218,18 +240,6 @@ class FirstBatchReplay(ModelCalls):
             return value
         self.replayed += 1
         return recorded.clone()
-
-    def _note_floor(self, func, args, kwargs, out) -> None:
-        name = getattr(func, "__name__", "")
-        if name not in ops.losses.FLOORS or not isinstance(out, torch.Tensor) or out.numel() != 1:
-            return
-        try:
-            signature = self._signatures.setdefault(name, inspect.signature(func))
-            bound = signature.bind(*args, **kwargs)
-        except (TypeError, ValueError):
-            return
-        floor = ops.losses.floor_of(name, dict(bound.arguments))
-        self.floors.append((name, floor, float(out.detach())))
 
 
 class ZeroInputs(ModelCalls):
@@ -333,6 +343,8 @@ class InputTrace(ModelCalls):
 
     def _on_call(self, func, args, kwargs):
         out = func(*args, **kwargs)
+        if not self.live:
+            return out
         if not self.done and not self._active:
             self._note_constant(func, args, kwargs, out)
             return out

@@ -9,11 +9,15 @@ initial state, the user's files untouched, K training steps then H held-out step
    model call loses its input's information, if it does (`replay.InputTrace`);
 2. the same run again: if its losses differ from the first by a single bit, the program
    cannot be re-run from the same state and no probe is judged ("could not run");
-3. LK308 cannot-overfit: K steps on the first batch only (`replay.FirstBatchReplay`),
-   audited over all K: the loss curve, what is left of it, and what the audit saw;
+3. LK308 cannot-overfit: K steps on the first batch only (`replay.FirstBatchReplay`): the
+   loss curve, its floor, and what is left of it;
 4. `repeats` real-input runs with shifted seeds: the noise, measured as `leaky fix` does;
 5. LK309 input-ignored: the K + H steps with every model input replaced by zeros
    (`replay.ZeroInputs`), its score against the real inputs' beyond that noise.
+
+What the audit finds is read from run 1 alone, the program as it is (`_notes`): it is the
+evidence and the place of a failing probe. The other runs change the program, and their
+audits' findings are the probe's doing, never the user's.
 
 A probe that cannot be judged honestly (no optimizer step, a batch that cannot be
 replayed, a run that failed) says "could not run" and why; it never passes or fails.
@@ -32,6 +36,7 @@ from leaky.fix.runtime import Fix
 from leaky.fix.session import NOISE_HOW, _same
 from leaky.fix.trial import Trial, run_trial
 from leaky.probe.config import ProbeConfig
+from leaky.probe.pairing import RowTrace
 from leaky.probe.replay import FirstBatchReplay, InputTrace, ZeroInputs
 from leaky.probe.stats import AuditNote, InputStats, OverfitStats
 
@@ -69,6 +74,7 @@ class ProbeResult:
     probes: list[ProbeOutcome] = field(default_factory=list)
     runs: list[Trial] = field(default_factory=list)
     seconds: float = 0.0
+    audit: tuple[AuditNote, ...] = ()   # the audit's findings on the program as it is (_notes)
 
     @property
     def findings(self) -> list[Finding]:
@@ -87,6 +93,7 @@ class ProbeResult:
                                                       "how": NOISE_HOW},
             "probes": [p.to_dict() for p in self.probes],
             "findings": [f.to_dict() for f in self.findings],
+            "audit": [a.to_dict() for a in self.audit],
             "runs": [_json_safe(_run_dict(t)) for t in self.runs],
             "seconds": self.seconds,
         }
@@ -117,15 +124,17 @@ def run_probes(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
     start = time.perf_counter()
 
     def trial(part=None, offset=0, label=None, holdout=config.holdout, audit_steps=config.audit_steps) -> Trial:
-        make = (lambda: Fix(part)) if part is not None else None
+        parts = part if isinstance(part, tuple) else (part,)
+        make = (lambda: Fix(*parts)) if part is not None else None
         run = run_trial(program, make, offset, config.steps, holdout, audit_steps, label, None, on_step)
         result.runs.append(run)
         return run
 
     say(f"real inputs: {config.steps} steps + {config.holdout} held out")
-    trace = InputTrace()
+    trace, rows = InputTrace(), RowTrace()
     result = ProbeResult(name, config, None)   # type: ignore[arg-type]
-    result.baseline = base = trial(trace)
+    result.baseline = base = trial((trace, rows))
+    result.audit = _notes(base)
     blocked = _blocked(base)
     if blocked is None:
         say("the same run again, to check it can be re-run from the same state")
@@ -138,18 +147,20 @@ def run_probes(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
         result.probes = [ProbeOutcome("LK308", NOT_RUN, blocked), ProbeOutcome("LK309", NOT_RUN, blocked)]
         result.seconds = time.perf_counter() - start
         return result
-    say(f"cannot-overfit: the first batch only, {config.steps} steps, audited")
-    result.probes.append(_overfit(trial, config))
-    result.probes.append(_input(trial, base, trace, result, config, say))
+    say(f"cannot-overfit: the first batch only, {config.steps} steps")
+    result.probes.append(_overfit(trial, config, result.audit))
+    result.probes.append(_input(trial, base, (trace, rows), result, config, say))
     result.seconds = time.perf_counter() - start
     return result
 
 
-def probe_overfit(program: Callable[[], None], config: ProbeConfig = ProbeConfig()) -> ProbeOutcome:
-    """LK308 alone: the one run on the first batch (no reproducibility check: the caller's)."""
+def probe_overfit(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
+                  audit: tuple[AuditNote, ...] = ()) -> ProbeOutcome:
+    """LK308 alone: the one run on the first batch (no reproducibility check: the caller's;
+    `audit`: the findings of the program as it is, the caller's too)."""
     def trial(part=None, offset=0, label=None, holdout=config.holdout, audit_steps=config.audit_steps) -> Trial:
         return run_trial(program, lambda: Fix(part), offset, config.steps, holdout, audit_steps, label)
-    return _overfit(trial, config)
+    return _overfit(trial, config, audit)
 
 
 def _blocked(base: Trial) -> str | None:
@@ -161,24 +172,36 @@ def _blocked(base: Trial) -> str | None:
 
 
 def _notes(trial: Trial) -> tuple[AuditNote, ...]:
+    """The audit's findings on the program as it is (the real-input run: its first
+    `audit_steps` steps, the checks of `leaky audit`), one per code, module and line.
+
+    NOTE: only this run's. The probe runs change the program (one batch repeated, zeroed
+    inputs), and what their audits find is the probe's doing: dead units on zero inputs, a
+    stale or slow parameter once one batch is memorised. They are never shown as findings."""
     findings = trial.report.findings if trial.report is not None else []
-    return tuple(AuditNote(f.code, f.name, f.severity.value, f.where, f.module,
-                           (f.source.file, f.source.line) if f.source else None) for f in findings)
+    notes: dict[tuple, AuditNote] = {}
+    for f in findings:
+        source = (f.source.file, f.source.line) if f.source else None
+        notes.setdefault((f.code, f.module, source), AuditNote(f.code, f.name, f.severity.value, f.where, f.module,
+                                                               source, f.message, f.fix))
+    return tuple(notes.values())
 
 
 # -- LK308 -----------------------------------------------------------------------------
-def _overfit(trial, config: ProbeConfig) -> ProbeOutcome:
+def _overfit(trial, config: ProbeConfig, audit: tuple[AuditNote, ...]) -> ProbeOutcome:
     replay = FirstBatchReplay()
-    audited = config.steps if config.overfit_audit_steps is None else config.overfit_audit_steps
+    audited = config.audit_steps if config.overfit_audit_steps is None else config.overfit_audit_steps
     run = trial(replay, label="the first batch only", holdout=0, audit_steps=audited)
     reason = _replay_blocked(run, replay, config)
     measured = {"losses": run.losses, "recorded": replay.recorded, "replayed": replay.replayed}
     if reason is not None:
         return ProbeOutcome("LK308", NOT_RUN, reason, measured, seconds=run.seconds)
-    floor, floor_what = _floor(replay, run.losses[0])
-    stats = OverfitStats(tuple(run.losses), config.steps, floor, floor_what, config.overfit_tail, _notes(run),
-                         run.backward_site, replay.recorded)
+    floors, floor_what = _floors(replay, run.losses, config.overfit_tail)
+    floor = floors[-1]
+    stats = OverfitStats(tuple(run.losses), config.steps, floor, floor_what, config.overfit_tail, audit,
+                         run.backward_site, replay.recorded, tuple(floors) if len(set(floors)) > 1 else ())
     measured.update({"first_loss": stats.first, "last_loss": stats.last, "loss_floor": floor, "floor_what": floor_what,
+                     "first_floor": stats.first_floor,
                      "remaining": stats.remaining, "max_remaining": config.overfit_fraction,
                      "audit": [a.to_dict() for a in stats.audit]})
     if stats.remaining is None:
@@ -219,19 +242,26 @@ def _replay_blocked(run: Trial, replay: FirstBatchReplay, config: ProbeConfig) -
     return None
 
 
-def _floor(replay: FirstBatchReplay, first: float) -> tuple[float, str]:
-    """The floor of the loss on the first batch: that of the one known loss whose value is
-    the loss backward() was called on; else 0."""
-    matching = [(name, floor) for name, floor, value in replay.floors
-                if floor is not None and math.isclose(value, first, rel_tol=1e-6, abs_tol=1e-9)]
+def _floors(replay: FirstBatchReplay, losses: list[float], tail: int) -> tuple[list[float], str]:
+    """The floor of the mean loss of the `tail` steps ending at each step, and what it is:
+    from the weighted loss calls the loss is made of (`floor.LossTerms`); else that of the one
+    known loss whose value is the first step's loss; else 0."""
+    known = replay.terms.floors(losses, tail)
+    if known is not None:
+        return known
+    matching = [(name, floor) for name, floor, value in replay.terms.first()
+                if floor is not None and math.isclose(value, losses[0], rel_tol=1e-6, abs_tol=1e-9)]
     if len(matching) == 1:
         name, floor = matching[0]
-        return floor, (f"{name}: an exact fit scores 0" if floor == 0 else f"{name}: the entropy of its soft targets")
-    return 0.0, "0, taken for a loss whose floor leaky does not know"
+        what = f"{name}: an exact fit scores 0" if floor == 0 else f"{name}: the entropy of its soft targets"
+        return [floor] * len(losses), what
+    return [0.0] * len(losses), "0, taken for a loss whose floor leaky does not know"
 
 
 # -- LK309 -----------------------------------------------------------------------------
-def _input(trial, base: Trial, trace: InputTrace, result: ProbeResult, config: ProbeConfig, say) -> ProbeOutcome:
+def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace], result: ProbeResult, config: ProbeConfig,
+           say) -> ProbeOutcome:
+    trace, rows = traces
     scores = [base.score]
     for offset in range(1, config.repeats + 1):
         say(f"real inputs with seeds shifted by {offset} (noise)")
@@ -252,8 +282,10 @@ def _input(trial, base: Trial, trace: InputTrace, result: ProbeResult, config: P
         return ProbeOutcome("LK309", NOT_RUN, f"the real inputs' loss is {base.score!r}: nothing to compare",
                             measured, seconds=run.seconds)
     stats = InputStats(base.score, run.score, result.noise.margin, tuple(result.noise.scores), base.held_out,
-                       tuple(sorted(zeros.kinds)), trace.lost, trace.reached, trace.forward, _notes(base))
-    measured.update({"gain": stats.gain, "lost_at": trace.lost, "input_reaches_output": trace.reached})
+                       tuple(sorted(zeros.kinds)), trace.lost, trace.reached, trace.forward, result.audit,
+                       rows.mispaired())
+    measured.update({"gain": stats.gain, "lost_at": trace.lost, "input_reaches_output": trace.reached,
+                     "mispaired": stats.mispaired})
     found = CHECKS["LK309"].run(stats, config)
     scored = "held-out" if base.held_out else "last training"
     compared = f"{scored} loss {base.score:.4g} real vs {run.score:.4g} zeroed, noise {result.noise.margin:.3g}"

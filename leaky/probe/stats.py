@@ -19,10 +19,14 @@ class AuditNote:
     where: str
     module: str | None = None
     source: tuple[str, int] | None = None
+    message: str = ""
+    fix: str = ""
 
     def to_dict(self) -> dict:
         """As the probes' evidence shows it (leaky/probe-v1)."""
-        return {"code": self.code, "name": self.name, "severity": self.severity, "where": self.where}
+        return {"code": self.code, "name": self.name, "severity": self.severity, "where": self.where,
+                "module": self.module,
+                "source": None if self.source is None else {"file": self.source[0], "line": self.source[1]}}
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,21 @@ class OverfitStats:
     floor: float = 0.0                    # the least the loss can be on that batch (ops.losses.floor_of)
     floor_what: str = "0, a loss of unknown floor"
     tail: int = 5                         # L_K = mean of the last `tail` losses
-    audit: tuple[AuditNote, ...] = ()     # the audit of those K steps
+    audit: tuple[AuditNote, ...] = ()     # the audit of the program as it is (its real-input run)
     loss_site: tuple[str, int] | None = None   # where loss.backward() was called
     recorded: int = 0                     # tensors of the first batch recorded (inputs and targets)
+    # the floor of the mean of the `tail` losses ending at each step (1 .. K), when it changes
+    # from step to step (mixup's weights drawn anew each step; probe/floor.py); () : `floor`
+    floors: tuple[float, ...] = ()
+
+    @property
+    def first_floor(self) -> float:
+        """The floor of the first step's loss."""
+        return self.floors[0] if self.floors else self.floor
+
+    def _floor_at(self, step: int) -> float:
+        """The floor of the mean loss of the `tail` steps ending at `step`."""
+        return self.floors[step - 1] if self.floors and 0 < step <= len(self.floors) else self.floor
 
     @property
     def first(self) -> float | None:
@@ -54,18 +70,19 @@ class OverfitStats:
 
     @property
     def remaining(self) -> float | None:
-        """What is left of the reducible loss: (L_K - floor) / (L_0 - floor).
+        """What is left of the reducible loss: (L_K - floor_K) / (L_0 - floor_0), each
+        against its own floor (the same one unless the loss's weights change per step).
 
         0 is a batch memorised down to the floor; 1 is no progress at all; above 1 it rose.
         None when the first loss is not finite or is at its floor (nothing to reduce)."""
-        return self._left(self.last)
+        return self._left(self.last, len(self.losses))
 
     def at(self, step: int) -> float | None:
         """`remaining` at `step`: the mean of the `tail` losses before it, the same way."""
         values = self.losses[max(0, step - self.tail):step]
         if not values or not all(math.isfinite(v) for v in values):
             return None
-        return self._left(sum(values) / len(values))
+        return self._left(sum(values) / len(values), step)
 
     def steps_to(self, target: float) -> float | None:
         """At the pace of the last quarter of the steps, how many more steps (in units of
@@ -79,11 +96,11 @@ class OverfitStats:
         fallen = before - now
         return math.inf if fallen <= 0 else (now - target) / fallen / 4
 
-    def _left(self, loss: float | None) -> float | None:
-        first = self.first
-        if first is None or loss is None or not math.isfinite(first) or first - self.floor <= 0:
+    def _left(self, loss: float | None, step: int) -> float | None:
+        first, start = self.first, self.first_floor
+        if first is None or loss is None or not math.isfinite(first) or first - start <= 0:
             return None
-        return (loss - self.floor) / (first - self.floor)
+        return (loss - self._floor_at(step)) / (first - start)
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,9 @@ class InputStats:
     reached: bool | None = None           # InputTrace: whether the model's output depends on its input
     forward: dict | None = None           # the model's forward definition
     audit: tuple[AuditNote, ...] = field(default_factory=tuple)   # the real-input run's audit
+    # pairing.RowTrace: where the inputs and the targets stopped being the same samples
+    # {"file", "line", "side", "other", "inputs", "targets", "met"}, or None
+    mispaired: dict | None = None
 
     @property
     def gain(self) -> float:

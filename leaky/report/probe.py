@@ -20,9 +20,6 @@ def _overfit_cells(m: dict) -> str:
         return f"{len(m.get('losses') or [])} steps on the first batch"
     text = (f"loss {num(m['first_loss'])} → {num(m['last_loss'])} on the first batch, {len(m['losses'])} steps; "
             f"floor {num(m['loss_floor'])}\n{pct(m['remaining'])} of it left (passes at ≤ {pct(m['max_remaining'])})")
-    serious = [a for a in m.get("audit") or [] if a["severity"] != "info"]
-    if serious:
-        text += "\naudit: " + ", ".join(f"{a['code']} {a['name']}" for a in serious)
     return text
 
 
@@ -57,8 +54,34 @@ def probe_table(data: dict) -> Table:
     return table
 
 
+def audit_lines(data: dict, most: int = 3) -> list[str]:
+    """What the audit found on the program as it is (the real-input run), one line per check:
+    its places, at most `most` of them. Info findings are counted, not listed."""
+    notes = data.get("audit") or []
+    serious = [a for a in notes if a["severity"] != "info"]
+    by_code: dict[str, list[dict]] = {}
+    for note in serious:
+        by_code.setdefault(note["code"], []).append(note)
+    lines = []
+    for code, found in by_code.items():
+        places = "; ".join(a["where"] for a in found[:most])
+        more = f" and {len(found) - most} more" if len(found) > most else ""
+        lines.append(f"  {found[0]['severity']} {code} {found[0]['name']}: {places}{more}")
+    info = len(notes) - len(serious)
+    if info:
+        lines.append(f"  and {info} info finding{'s' if info > 1 else ''}")
+    return lines
+
+
 def render_probe(console: Console, data: dict) -> None:
     console.print(probe_table(data))
+    lines = audit_lines(data)
+    if lines:
+        steps = min(data["config"]["audit_steps"], data["config"]["steps"])
+        console.print(Text(f"The audit of the program as it is (its first {steps} steps, as `leaky audit`; the "
+                           "probe runs' own audits are not findings):", style="bold"), soft_wrap=True)
+        for line in lines:
+            console.print(Text(line), soft_wrap=True)
     for finding in data["findings"]:
         where = finding["module"]
         source = finding["source"]
