@@ -26,12 +26,19 @@ On the loss path a clamp or step is also weighed by the gradient it zeroes: of t
 of it: `binary_cross_entropy(x.clamp(0, 1), y)` gives d/dp = (p − y) / max(p(1 − p), eps),
 near 1/eps at p = 0 with y = 1, so the 1.5% of outputs clamped on the wrong side hold nearly
 all of the gradient, and the clamp drops it: those samples never move back inside.
+
+A clamp that an elementwise max/min sets against its own unclipped value (its detail's
+`clipped_by`, record/clipping.py) is a pessimistic bound, PPO's trust region:
+max(−A·r, −A·clamp(r, 1 − ε, 1 + ε)) has d/dr = 0 exactly where the clipped branch is the
+larger loss and the clamp binds, by design. Its share is reported as info, never more.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from leaky import ops
 from leaky.checks import register
-from leaky.checks._util import pct, severity_above
+from leaky.checks._util import line_of, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.ops.activations import BOUNDED, SOFTMAX_OF_ONE
@@ -42,6 +49,7 @@ from leaky.stats import AuditStats, OpStats
 @register("LK106", "dead-zone", "an op whose local derivative is exactly 0 on a large share of elements")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     flat = {act.site: act.flat_share for act in stats.activations}
+    by_site = {op.site: op for op in stats.ops}
     findings = []
     for op in stats.ops:
         rule = ops.rule(op.op)
@@ -59,8 +67,25 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = severity_above(share, config.dead_zone_warning, config.dead_zone_error)
         if severity is None:
             continue
-        findings.append(_finding(op, kind, share, severity, on_loss_path))
+        finding = _finding(op, kind, share, severity, on_loss_path)
+        chooser = by_site.get(op.detail.get("clipped_by"))
+        findings.append(finding if chooser is None else _by_design(finding, op, chooser, share))
     return findings
+
+
+def _by_design(finding: Finding, op: OpStats, chooser: OpStats, share: float) -> Finding:
+    """A clamp that a max/min sets against its own unclipped value (record/clipping.py): PPO's
+    pessimistic bound, whose zeros are the samples the trust region stops. Info, never a leak."""
+    message = (f"{op.op} is set against its own unclipped value by {chooser.op} at {line_of(chooser.source)}: a "
+               "pessimistic bound (PPO-style clipping, a trust region), which takes per sample the worse of the "
+               "clipped and the unclipped loss. Where the clamp binds and its branch is chosen, the gradient is 0 by "
+               f"design: the sample has moved as far as the clip lets it. Here it stopped {pct(share)} of the "
+               f"{int(op.nonzero_in)} elements' gradient, summed over {_window(op)}.{_bounds(op)}")
+    fix = ("Nothing to fix if the clip is meant. A share this large says that each update moves the model far "
+           "from the one that collected the data: if learning is slow, widen the clip range or take fewer or "
+           "smaller steps per batch (epochs, learning rate).")
+    evidence = {**finding.evidence, "by_design": "pessimistic-clip", "clipped_at": line_of(chooser.source)}
+    return replace(finding, severity=Severity.INFO, message=message, fix=fix, evidence=evidence)
 
 
 def _by_mass(op: OpStats, config: AuditConfig) -> Severity | None:
@@ -91,11 +116,15 @@ def _window(op: OpStats) -> str:
     return f"the {counted} of its {op.steps} observed steps whose zeros were counted"
 
 
-def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: bool) -> Finding:
-    bounds = ""
+def _bounds(op: OpStats) -> str:
     low, high = op.detail.get("low"), op.detail.get("high")
-    if low is not None or high is not None:
-        bounds = f" Bounds here: [{'-inf' if low is None else low}, {'inf' if high is None else high}]."
+    if low is None and high is None:
+        return ""
+    return f" Bounds here: [{'-inf' if low is None else low}, {'inf' if high is None else high}]."
+
+
+def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: bool) -> Finding:
+    bounds = _bounds(op)
     elements = int(op.nonzero_in)
     counted = f" of the {elements} elements that reach the loss" if elements else " of the elements that reach the loss"
     message = (f"{op.op} sets the gradient of {pct(share)}{counted} to exactly 0, summed over "

@@ -54,8 +54,10 @@ register(OpRule("mul", (), ("Mul",), "d/dx (x * m) = m", counts_zeros=True, scal
 register(OpRule("neg", ("negative",), ("NegBackward",), "d/dx (−x) = −1", scales=negation_scales))
 register(OpRule("abs", (), ("AbsBackward",), "d/dx |x| = sign(x), 0 at x = 0", counts_zeros=True))
 # NOTE: torch.max(a, b) / torch.min(a, b) elementwise choose a branch per element: a clamp
-# on one branch, set against the unclipped other (PPO's clipped surrogate and value loss),
-# is a trust region by design; the branch chosen carries the signal (LK106, `chooses`).
+# (a rule with `zero` and `bounds`) on one branch, set against the unclipped other (PPO's
+# clipped surrogate and value loss), is a pessimistic bound, a trust region by design:
+# d/dx max(f(x), f(clamp(x))) = 0 only where the clamped branch wins and the clamp binds.
+# record/clipping.py finds it from `chooses`, LK106 reports it as info.
 register(OpRule("maximum", (), ("MaximumBackward",), counts_zeros=True, chooses=True))
 register(OpRule("minimum", (), ("MinimumBackward",), counts_zeros=True, chooses=True))
 register(OpRule("log", (), ("LogBackward",), "d/dx log(x) = 1/x", detail=LOG_INPUT, extra={"of_normaliser": (

@@ -11,11 +11,14 @@ At each sampled backward() this walks the loss's graph from its node toward the 
 and stops at the first node that holds a trainable tensor (a layer, or a leaf the
 optimizer trains) or mixes elements (a matrix product or a convolution, frozen ones
 too): the sites it reaches before that, whose backward can zero elements, are on the loss
-path. Below an elementwise max/min of two branches (`torch.max(loss1, loss2)`) nothing is:
-a clamp set against its unclipped self there is a trust region by design (PPO's clipped
-surrogate and value loss), and the branch chosen carries each element's signal. The walk is bounded (`BUDGET` nodes) and reads only the graph, never a value.
+path. The elementwise max/min nodes it meets (`torch.max(loss1, loss2)`) are handed on:
+a clamp that one of them sets against its unclipped self is a trust region by design
+(PPO's clipped surrogate and value loss, record/clipping.py). The walk is bounded
+(`BUDGET` nodes) and reads only the graph, never a value.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from leaky import ops
 from leaky.record.gradients import can_zero, leads_to_param
@@ -23,26 +26,41 @@ from leaky.record.gradients import can_zero, leads_to_param
 BUDGET = 256   # nodes visited per backward() at most: the loss computation is a few ops
 
 
-def loss_path_sites(root, mark) -> tuple[set[int], set[int]]:
+class LossPath(NamedTuple):
+    sites: set[int]             # zeroing sites with no layer between them and the loss
+    leaves: set[int]            # ids of the leaves reached so (a prediction rebuilt as a leaf)
+    choosers: dict[int, object]  # the elementwise max/min nodes met, by site
+
+
+def is_layer(node, children: list | None = None) -> bool:
+    """The node mixes elements (a matrix product, a convolution) or holds a trainable tensor:
+    below it, each element is one path among many. `children`: its next functions, if read."""
+    if children is None:
+        children = [fn for fn, _ in node.next_functions if fn is not None]
+    return ops.mixes(type(node).__name__) or any(leads_to_param(fn) for fn in children)
+
+
+def loss_path_sites(root, mark) -> LossPath:
     """The sites (by `node.metadata[mark]`) of zeroing nodes reached from `root` before any
     layer: nothing that mixes elements or feeds a trainable tensor lies between them and it;
-    and the ids of the leaves reached so (a prediction rebuilt as a leaf, record/leaves.py)."""
+    the ids of the leaves reached so (record/leaves.py); the max/min nodes met, by site."""
     found: set[int] = set()
     leaves: set[int] = set()
-    stack, seen = [(root, False)], set()
+    choosers: dict[int, object] = {}
+    stack, seen = [root], set()
     while stack and len(seen) < BUDGET:
-        node, chosen = stack.pop()
+        node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
         children = [fn for fn, _ in node.next_functions if fn is not None]
-        name = type(node).__name__
         site = node.metadata.get(mark)
-        chooser = ops.chooses(name)
-        if site is not None and can_zero(node) and not chosen and not chooser:
+        if site is not None and ops.chooses(type(node).__name__):
+            choosers.setdefault(site, node)
+        elif site is not None and can_zero(node):
             found.add(site)
         leaves.update(id(fn.variable) for fn in children if type(fn).__name__ == ops.ACCUMULATE)
-        if ops.mixes(name) or any(leads_to_param(fn) for fn in children):
+        if is_layer(node, children):
             continue   # a layer: below it, each element is one path among many
-        stack.extend((fn, chosen or chooser) for fn in children)
-    return found, leaves
+        stack.extend(children)
+    return LossPath(found, leaves, choosers)

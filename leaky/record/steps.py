@@ -15,6 +15,7 @@ from torch import Tensor
 from leaky import ops
 from leaky.record import distributed
 from leaky.record.activations import count_held, settle_units
+from leaky.record.clipping import note_clipping
 from leaky.record.loss_path import loss_path_sites
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
@@ -59,13 +60,14 @@ class StepTracking:
         if self.observing:
             count_held(self.units.values())   # while autograd still holds them (the backward frees them)
         if isinstance(tensor, Tensor) and tensor.grad_fn is not None and self.observing:
-            sites, leaves = loss_path_sites(tensor.grad_fn, self._mark)
-            for site in sites:
+            path = loss_path_sites(tensor.grad_fn, self._mark)
+            for site in path.sites:
                 info = self.sites.sites[site]
                 info.loss_path = True
                 if ops.drops_outputs(info.op):
                     self.grads.mass_sites.add(site)
-            self.leaves.on_loss_path(leaves)
+            self.leaves.on_loss_path(path.leaves)
+            note_clipping(self.sites.sites, path.choosers, self._mark)
         if self.backward_at is None:
             self.backward_at = self.locator.locate()
         self._zeroed_since_backward.clear()
