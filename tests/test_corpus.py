@@ -39,7 +39,8 @@ HEALTHY = ["lbfgs_closure.py", "gan_two_optimizers.py", "dqn_target_network.py",
            "actor_critic_one_agent.py", "dataloader_workers.py", "warm_restarts.py", "manual_sgd_lstm.py",
            "lightning_classifier.py",
            "hf_trainer_gpt2.py", "scheduler_per_batch.py",
-           "layer_local.py", "seq2seq_one_pair.py", "char_gru_time_major.py", "masked_attention.py"]
+           "layer_local.py", "seq2seq_one_pair.py", "char_gru_time_major.py", "masked_attention.py",
+           "policy_collapse.py", "ppo_minibatch_epochs.py"]
 # the frameworks a program needs (installed with leaky[integrations], as CI does)
 NEEDS = {"lightning_classifier.py": "lightning", "hf_trainer_gpt2.py": "transformers"}
 
@@ -100,6 +101,9 @@ MUTATIONS = [
     # a `view` where a transpose was meant scatters the batch over time
     Mutation("char_gru_time_major.py", "e = e.transpose(0, 1)  ", "e = e.view(args.seq, args.batch, -1)", "LK306",
              "CharGRU"),
+    # a learning rate 30x too high: the policy collapses onto one action while the episodes stay short
+    Mutation("policy_collapse.py", "optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)",
+             "optimizer = torch.optim.Adam(model.parameters(), lr=0.1)", "LK101"),
 ]
 
 
