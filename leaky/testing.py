@@ -153,13 +153,16 @@ def activation(*, site: int = 0, op: str = "relu", family: str | None = None, mo
                stuck_share: float | None = None, median_derivative_share: float | None = None,
                peaked_share: float | None = None, detail: dict | None = None, histogram: dict | None = None,
                seen_dead_steps: tuple[int, ...] = (), window_span: tuple[int, int] | None = None,
-               first_flat_share: float | None = None, first_jacobian_share: float | None = None) -> ActivationStats:
+               first_flat_share: float | None = None, first_jacobian_share: float | None = None,
+               recent_flat_share: float | None = None, recent_mean_row_share: float | None = None,
+               recent_span: tuple[int, int] | None = None) -> ActivationStats:
     """One activation site. family defaults to the op's name ("relu", "sigmoid", ...); samples
     are per unit over all observed steps (640: 32 a step over 20 steps)."""
     return ActivationStats(site, op, family if family is not None else op.strip("_"), module, source, units,
                            samples, dead_units, tuple(died_steps), window, flat_share, stuck_share,
                            median_derivative_share, peaked_share, dict(detail or {}), histogram,
-                           tuple(seen_dead_steps), window_span, first_flat_share, first_jacobian_share)
+                           tuple(seen_dead_steps), window_span, first_flat_share, first_jacobian_share,
+                           recent_flat_share, recent_mean_row_share, recent_span)
 
 
 def param(*, name: str = "fc.weight", module: str | None = None, module_key: int | None = None,

@@ -10,6 +10,10 @@ real optimizer: the broken case found at its line, and a healthy look-alike that
   step (it rounds away); quiet: float32 master weights with bfloat16 autocast.
 - LK101: a gumbel-softmax at tau = 0.05 (soft and hard=True) is one-hot from step 0; quiet:
   tau annealed from 1.
+- LK101: a policy that collapses onto one action during training (REINFORCE without a
+  baseline at lr 0.1: every row one-hot on the same action, the loss falling to 0 while the
+  reward stays at chance); quiet: the same policy at lr 0.01 with a baseline, and a softmax
+  classifier that grows confident on inputs of three classes.
 """
 from __future__ import annotations
 
@@ -280,3 +284,76 @@ def test_lk304_rounded_updates_on_hand_built_stats():
     assert fires("LK304", kept_in("bfloat16", 0.95)).severity is Severity.ERROR
     quiet("LK304", kept_in("bfloat16", 0.3))
     quiet("LK304", kept_in("float32", None))
+
+
+# -- LK101: a softmax that collapses during training -------------------------------------------
+def _train_policy(lr: float, baseline: bool, steps: int = 20):
+    """A contextual bandit whose states carry little signal (like a pole near balance): the
+    best of three actions is the largest of the state's first three features."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 3))
+    with leaky.audit(steps=steps) as audit:
+        opt = torch.optim.Adam(policy.parameters(), lr=lr)  # POLICY LR
+        for _ in range(steps):
+            x = 0.05 * torch.randn(64, 4)
+            probs = F.softmax(policy(x), dim=-1)  # POLICY SOFTMAX
+            dist = torch.distributions.Categorical(probs)
+            action = dist.sample()
+            reward = 1.0 + (action == x[:, :3].argmax(1)).float()
+            advantage = reward - reward.mean() if baseline else reward
+            loss = -(dist.log_prob(action) * advantage).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return audit
+
+
+def test_a_policy_that_collapses_onto_one_action_is_found_at_its_softmax():
+    audit = _train_policy(lr=0.1, baseline=False)
+    (finding,) = _alarms(audit.report, "LK101")
+    assert finding.source.line == _line("# POLICY SOFTMAX") and finding.cause.line == _line("# POLICY LR")
+    assert finding.evidence["developed"] and finding.evidence["first_step_flat_row_share"] < 0.5
+    assert finding.evidence["recent_flat_row_share"] > 0.9 and finding.evidence["recent_mean_row_jacobian_share"] < 0.01
+    assert "entropy" in finding.fix
+
+
+def test_a_policy_learning_slowly_with_a_baseline_is_quiet():
+    assert _alarms(_train_policy(lr=0.01, baseline=True).report, "LK101") == []
+
+
+def test_a_classifier_that_grows_confident_on_several_classes_is_quiet():
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = x[:, :3].argmax(1)
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
+    with leaky.audit(steps=40) as audit:
+        for _ in range(40):
+            p = F.softmax(model(x) * 3, dim=-1)
+            loss = F.nll_loss(torch.log(p + 1e-9), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert _alarms(audit.report, "LK101") == []
+    (softmax,) = [a for a in audit.stats.activations if a.family == "softmax"]
+    assert softmax.recent_flat_share > 0.5 > softmax.first_flat_share   # confident: it grew peaked rows
+    assert softmax.recent_mean_row_share > 0.5                         # ... on different classes
+
+
+def test_lk101_a_collapsed_output_softmax_on_hand_built_stats():
+    from leaky.testing import activation, op, param, stats
+    from tests.check_cases import fires, quiet
+
+    def softmax(first=0.0, recent=0.95, mean_row=0.003, loss_path=True):
+        act = activation(site=2, op="softmax", module="policy", first_flat_share=first, recent_flat_share=recent,
+                         recent_mean_row_share=mean_row, recent_span=(15, 19),
+                         detail={"dim_size": 3, "scores_site": 1})
+        ops_ = (op(site=1, op="linear", module="policy.2"), op(site=2, op="softmax", module="policy", loss_path=loss_path))
+        return stats(steps=20, activations=(act,), ops=ops_, params=(param(name="policy.2.weight"),))
+    finding = fires("LK101", softmax())
+    assert finding.severity is Severity.ERROR and finding.evidence["developed"]
+    assert "collapsed during training" in finding.message and "steps 15-19" in finding.message
+    assert fires("LK101", softmax(recent=0.6)).severity is Severity.WARNING
+    quiet("LK101", softmax(mean_row=0.4))          # confident on several entries: a classifier that learned
+    quiet("LK101", softmax(loss_path=False))       # attention that learned to look at one key
+    quiet("LK101", softmax(recent=0.3))            # not flat

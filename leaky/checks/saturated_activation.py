@@ -12,11 +12,22 @@ normally the initialisation, before training could have made it peaked: unscaled
 scores (no 1/sqrt(d)) or logits multiplied by a temperature are flat from there, while
 attention that learns to be peaked starts near uniform. Peakedness seen only later is
 reported as info, and only when the softmax's backward gain shows the gradient is blocked.
+
+Saturation can also develop. A softmax on the loss path (an output distribution: a policy's
+action probabilities, a classifier's) whose rows start with room to move, but whose rows
+over the last observed steps are flat, all on the same entry, has collapsed: its output no
+longer depends on its input, and its Jacobian starves every gradient through it. The mean
+row p̄ over the window tells the collapse apart from a classifier that grew confident on
+inputs of several classes: one-hot rows on different entries average to a spread-out p̄, one-
+hot rows on one entry to a one-hot p̄, judged by the same rule ((1 − ||p̄||²) / (1 − 1/n) below
+`flat_derivative_share`). A policy-gradient loss is no measure of progress here: −log p(a)·A
+falls toward 0 as p(a) → 1 whether the return improves or not.
 """
 from __future__ import annotations
 
 from leaky import ops
 from leaky.checks import register
+from leaky.checks._optim import lr_cause
 from leaky.checks._util import num, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
@@ -41,6 +52,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                 findings.append(_smooth(act, severity, stats, config))
         elif family is not None and family.rows and _flat_from_start(act, config) is not None:
             findings.append(_softmax_from_start(act, _flat_from_start(act, config), stats, config))
+        elif family is not None and family.rows and _collapsed(act, stats, config) is not None:
+            findings.append(_softmax_collapsed(act, _collapsed(act, stats, config), stats, config))
         elif (family is not None and family.rows and act.peaked_share is not None
               and act.peaked_share >= config.softmax_peaked_share):
             op = stats.op(act.site)
@@ -111,6 +124,49 @@ def _softmax_from_start(act: ActivationStats, severity: Severity, stats: AuditSt
 def _rule_extra(op: str) -> dict:
     rule = ops.rule(op)
     return {} if rule is None else rule.extra
+
+
+def _collapsed(act: ActivationStats, stats: AuditStats, config: AuditConfig) -> Severity | None:
+    """An output softmax that became flat during training, every row on the same entry."""
+    op = stats.op(act.site)
+    if (op is None or not op.loss_path or act.recent_flat_share is None or act.recent_mean_row_share is None
+            or act.first_flat_share is None or act.first_flat_share >= config.saturated_warning
+            or act.recent_mean_row_share >= config.flat_derivative_share):
+        return None
+    return severity_above(act.recent_flat_share, config.saturated_warning, config.saturated_error)
+
+
+def _softmax_collapsed(act: ActivationStats, severity: Severity, stats: AuditStats, config: AuditConfig) -> Finding:
+    n = act.detail.get("dim_size")
+    first, last = act.recent_span or (None, None)
+    steps = f"steps {first}-{last}" if first != last else f"step {last}"
+    where = act.module or "the model"
+    message = (f"this {act.op} in {where} collapsed during training: at its first step {pct(act.first_flat_share)} of "
+               f"its rows were one-hot, over {steps} {pct(act.recent_flat_share)} were (the trace of their Jacobian "
+               f"diag(p) − ppᵀ, 1 − ‖p‖², below {num(config.flat_derivative_share)} of a uniform row's 1 − 1/n"
+               f"{_of_n(n)}), and all on the same entry: the mean row over those steps has "
+               f"{num(act.recent_mean_row_share)} of a uniform row's trace. Its output no longer depends on its input, "
+               "and p(1 − p) starves the gradient through it: a policy that always takes one action, or a classifier "
+               "that answers one class, cannot learn to act otherwise. A loss of −log p(a)·A falls toward 0 as "
+               "p(a) → 1 whether the return improves or not.")
+    fix = ("Take smaller steps on the layer that computes the scores (lower its learning rate, clip its gradient), "
+           "and keep the distribution from collapsing early: add an entropy bonus to the loss "
+           "(loss = loss − β·entropy.mean(), β ≈ 0.01; check its sign: + β·entropy pushes toward collapse).")
+    evidence = {"first_step_flat_row_share": act.first_flat_share, "recent_flat_row_share": act.recent_flat_share,
+                "recent_mean_row_jacobian_share": act.recent_mean_row_share, "recent_steps": act.recent_span,
+                "row_length": n, "developed": True}
+    return Finding("saturated-activation", "LK101", severity, message, fix, act.module, act.op,
+                   act.source, None, evidence, _rate_cause(act, stats, config))
+
+
+def _rate_cause(act: ActivationStats, stats: AuditStats, config: AuditConfig) -> Cause | None:
+    """The learning rate of the layer that computed the scores: what moved them this far."""
+    site = act.detail.get("scores_site")
+    scores = stats.op(site) if site is not None else None
+    if scores is None or scores.module is None:
+        return None
+    param = next((p for p in stats.params if p.module == scores.module and p.in_optimizer), None)
+    return None if param is None else lr_cause(stats, param, "high", config)
 
 
 def _of_n(n) -> str:

@@ -154,10 +154,11 @@ class Assembly:
         first_rows = host.get("first_rows")
         first_flat = host["first_flat"] / first_rows if first_rows else None
         first_share = host["first_share"] / first_rows if first_rows else None
+        recent = _recent_rows(host.get("recent") or [], min(config.dead_window_steps, math.ceil(units.row_steps / 2)))
         return ActivationStats(site, op.op, units.activation.family, op.module, op.source, units.units,
                                units.samples, dead, died, window, flat_share, stuck,
                                median_from_hist(host["hist"]), peaked, dict(units.detail),
-                               _histogram(host, units), seen_dead, span, first_flat, first_share,
+                               _histogram(host, units), seen_dead, span, first_flat, first_share, *recent,
                                ran_steps=units.ran_count or None)
 
     def _param_stats(self):
@@ -253,6 +254,21 @@ class Assembly:
 def _share(counts: list[float] | None) -> float | None:
     """unchanged / graded, from UpdateProbe's summed counts (None: none graded)."""
     return counts[1] / counts[0] if counts and counts[0] > 0 else None
+
+
+def _recent_rows(recent: list, window: int) -> tuple:
+    """(flat share, mean row's Jacobian share, (first, last) step) of a softmax's last `window`
+    counted steps (UnitStats.recent); Nones when none. The mean row p̄ = Σ rows / rows has
+    tr J / max tr J = (1 − ||p̄||²) / (1 − 1/n) over its n nonzero entries."""
+    last = recent[-max(1, window):] if recent else []
+    movable = sum(entry[1] for entry in last)
+    rows = sum(entry[3] for entry in last)
+    if not last or not movable or not rows:
+        return None, None, None
+    mean = sum(entry[4] for entry in last) / rows
+    n = int(np.count_nonzero(mean))
+    share = float(max(0.0, 1.0 - float(np.square(mean).sum())) / (1.0 - 1.0 / n)) if n > 1 else None
+    return sum(entry[2] for entry in last) / movable, share, (int(last[0][0]), int(last[-1][0]))
 
 
 def _with_samples(stats: UnitStats, samples: int, counted: int) -> UnitStats:

@@ -49,6 +49,10 @@ RAN_KEPT = 4096
 # whole-number counts. Larger outputs are counted at the call, where stacking would only add
 # a copy.
 HOLD_BELOW = 1 << 16
+# NOTE: a softmax's rows over its last RECENT_STEPS steps (counted ones): per step the rows
+# that can move, the flat ones, and the sum of the rows (the mean row: one-hot when every row
+# puts its mass on the same entry, a policy collapsed onto one action). A constant per site.
+RECENT_STEPS = 8
 
 
 def unit_dim(out: Tensor, producer: str | None) -> int:
@@ -83,6 +87,10 @@ class UnitStats:
     first_rows: Tensor | None = None
     first_flat: Tensor | None = None
     first_share: Tensor | None = None
+    # softmax, its last RECENT_STEPS counted steps: [step, rows that can move, flat rows, rows,
+    # the rows' sum over the softmax dim (a vector)], the last entry this step's, growing
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
+    row_steps: int = 0                    # ... and how many counted steps it has seen in all
     pending: list = field(default_factory=list)   # this step's per-call fire counts, not yet folded
     pending_step: int = -1
     outputs: list = field(default_factory=list)   # this step's outputs (and versions) whose shares are not yet folded
@@ -101,6 +109,7 @@ class UnitStats:
         if self.activation.rows:
             if count:
                 self._update_softmax(x)
+                self._update_recent_rows(x, step)
             if self.first_step is None:
                 self.first_step = step
             if step == self.first_step:
@@ -216,6 +225,20 @@ class UnitStats:
             rows, flat, total = rows + self.first_rows, flat + self.first_flat, total + self.first_share
         self.first_rows, self.first_flat, self.first_share = rows, flat, total
 
+    def _update_recent_rows(self, x: Tensor, step: int) -> None:
+        """This step's rows (see `recent`): three sums and the rows' sum, on the device."""
+        dim = self.detail.get("dim", -1) if x.ndim else 0
+        share, movable = jacobian_share(x, dim)
+        wide = x.float().reshape(1) if not x.ndim else x.float().movedim(dim, -1)
+        flat = ((share < self.detail["flat_share"]) & movable).sum()
+        entry = [movable.sum(), flat, wide.numel() // max(wide.shape[-1], 1), wide.reshape(-1, wide.shape[-1]).sum(0)]
+        last = self.recent[-1] if self.recent else None
+        if last is None or last[0] != step or last[4].shape != entry[3].shape:
+            self.recent.append([step, *entry])
+            self.row_steps += last is None or last[0] != step
+        else:
+            last[1:] = [a + b for a, b in zip(last[1:], entry)]
+
     def host(self) -> dict:
         """Copy the accumulators to the host: called once, at the end."""
         settle_units([self])
@@ -225,6 +248,8 @@ class UnitStats:
             "hist": to(self.hist), "peaked_rows": None if self.peaked_rows is None else float(self.peaked_rows),
             "first_rows": scalar(self.first_rows), "first_flat": scalar(self.first_flat),
             "first_share": scalar(self.first_share),
+            "recent": [(step, scalar(movable), scalar(flat), rows, to(summed))
+                       for step, movable, flat, rows, summed in self.recent],
         }
 
 
