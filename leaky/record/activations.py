@@ -91,6 +91,9 @@ class UnitStats:
     # the rows' sum over the softmax dim (a vector)], the last entry this step's, growing
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
     row_steps: int = 0                    # ... and how many counted steps it has seen in all
+    # NOTE: kept only for a softmax on the loss path (an output distribution, told at each sampled
+    # backward): attention, the common softmax, is never judged so and pays nothing for it
+    on_loss_path: bool = False
     pending: list = field(default_factory=list)   # this step's per-call fire counts, not yet folded
     pending_step: int = -1
     outputs: list = field(default_factory=list)   # this step's outputs (and versions) whose shares are not yet folded
@@ -109,7 +112,8 @@ class UnitStats:
         if self.activation.rows:
             if count:
                 self._update_softmax(x)
-                self._update_recent_rows(x, step)
+                if self.on_loss_path:
+                    self._update_recent_rows(x, step)
             if self.first_step is None:
                 self.first_step = step
             if step == self.first_step:

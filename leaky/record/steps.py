@@ -66,6 +66,9 @@ class StepTracking:
                 info.loss_path = True
                 if ops.drops_outputs(info.op):
                     self.grads.mass_sites.add(site)
+                units = self.units.get(site)
+                if units is not None:
+                    units.on_loss_path = True   # an output softmax: its last steps' rows are kept
             self.leaves.on_loss_path(path.leaves)
             note_clipping(self.sites.sites, path.choosers, self._mark)
         if self.backward_at is None:
