@@ -27,6 +27,8 @@ from torch import nn
 
 import leaky
 from leaky.finding import Severity
+from leaky.testing import activation, cast, loss_probe, op, optimizer, param, source, stats
+from tests.check_cases import fires, quiet
 
 HERE = Path(__file__)
 
@@ -119,8 +121,6 @@ def test_clip_like_normalised_features_with_a_logit_scale_are_quiet():
 
 
 def test_lk307_judges_the_layer_behind_a_scale_on_hand_built_stats():
-    from leaky.testing import loss_probe, op, source, stats
-    from tests.check_cases import fires, quiet
     head = op(site=3, op="matmul", module="head", source=source(line=10))
     div = op(site=5, op="div", module=None, source=source(line=11))
     start = {"neutral": "classes", "loss": 13.3, "classes": 10, "scaled_site": 3, "scale": 10.0}
@@ -202,8 +202,6 @@ def test_a_clamp_that_binds_on_harmless_samples_is_quiet():
 
 
 def test_lk106_weighs_a_loss_path_clamp_by_its_gradient_mass_on_hand_built_stats():
-    from leaky.testing import op, stats
-    from tests.check_cases import fires, quiet
 
     def clamp(mass):
         return stats(steps=20, ops=(op(site=2, op="clamp", zeroed_share=0.02, nonzero_in=2000.0, loss_path=True,
@@ -270,8 +268,6 @@ def test_float32_master_weights_under_bfloat16_autocast_are_quiet():
 
 
 def test_lk304_rounded_updates_on_hand_built_stats():
-    from leaky.testing import cast, optimizer, param, source, stats
-    from tests.check_cases import fires, quiet
 
     def kept_in(dtype, share):
         return stats(steps=20, optimizers=(optimizer(kind="AdamW", lr=1e-4),),
@@ -341,8 +337,6 @@ def test_a_classifier_that_grows_confident_on_several_classes_is_quiet():
 
 
 def test_lk101_a_collapsed_output_softmax_on_hand_built_stats():
-    from leaky.testing import activation, op, param, stats
-    from tests.check_cases import fires, quiet
 
     def softmax(first=0.0, recent=0.95, mean_row=0.003, loss_path=True):
         act = activation(site=2, op="softmax", module="policy", first_flat_share=first, recent_flat_share=recent,
