@@ -1,12 +1,16 @@
 """`leaky fix` judges a fix with a measure that neither the leak nor the fix changes by
-construction (a clamp on the loss path: the error inside it)."""
+construction (a clamp on the loss path: the error inside it), on held-out steps that see the
+program's models as they were at step K."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import torch
+from torch import nn
 
 from leaky.cli import main
 from leaky.fix import FixConfig, try_fixes, verdict
-from leaky.script import script_program
 from leaky.zoo import get
 
 SMALL = FixConfig(steps=60, holdout=10, repeats=1)
@@ -62,6 +66,56 @@ def test_a_clamped_errors_fix_is_judged_helps_on_the_unclamped_error(tmp_path, c
     assert fix["run"]["held_out_as"] == [f"passed through for the score at {script}:13"]
     text = capsys.readouterr().out
     assert "loss without clamp" in text and "passed through as the identity" in text
+
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def test_the_corpus_dqn_with_a_clamped_td_error_is_helped_by_the_straight_through_clamp(tmp_path):
+    """The issue's script: tests/corpus/dqn_target_network.py with its loss mutated to
+    torch.clamp(td_target - old_val, -1, 1).pow(2).mean() (a target network synced every 20
+    updates). Scored on the clamped loss the fix read 'no effect' (0.759 → 0.758 at K=200);
+    on the TD error it helps (measured at K=100: 1.96 → 0.92, margin 0.26)."""
+    for name in ("dqn_target_network.py", "balance_env.py"):
+        (tmp_path / name).write_text((CORPUS / name).read_text())
+    script = tmp_path / "dqn_target_network.py"
+    source = script.read_text()
+    clamped = source.replace("loss = F.mse_loss(td_target, old_val)",
+                             "loss = torch.clamp(td_target - old_val, -1, 1).pow(2).mean()")
+    assert clamped != source
+    script.write_text(clamped)
+    out = tmp_path / "fixes.json"
+    assert main(["fix", "--steps", "100", "--holdout", "20", "--repeats", "1", "--json", str(out), str(script)]) == 0
+    data = json.loads(out.read_text())
+    (fix,) = [f for f in data["fixes"] if f["key"][0] == "ste"]
+    assert fix["verdict"] == "helps" and fix["measure"] == "loss without clamp"
+    assert data["baseline"]["score"] < 1.0 < fix["loss_unfixed"]
+
+
+def test_the_held_out_steps_keep_a_synced_target_network_at_step_k():
+    """A program that copies its network into a target network every third step: after
+    step K the copy is undone with the optimizer's step, so every held-out loss is the
+    step-K model's against the step-K target (here the same batch: the same loss). Without
+    it, the sync at held-out step 2 makes the target equal the network, and the loss 1."""
+    from leaky.fix.trial import run_trial
+
+    def program():
+        torch.manual_seed(0)
+        net, target = nn.Linear(4, 1), nn.Linear(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        x = torch.randn(16, 4)
+        for step in range(40):
+            loss = (net(x) - target(x).detach() - 1.0).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % 3 == 2:
+                target.load_state_dict(net.state_dict())
+
+    frozen = run_trial(program, None, 0, 10, 5, 5, freeze_modules=True)
+    assert len(frozen.holdout) == 5 and len(set(frozen.holdout)) == 1 and frozen.holdout[0] != 1.0
+    moving = run_trial(program, None, 0, 10, 5, 5)
+    assert moving.holdout[:2] == frozen.holdout[:2] and moving.holdout[2:] == [1.0] * 3   # net - net - 1
 
 
 def test_the_zoo_dqn_is_scored_on_its_td_error_and_every_unfixed_run_the_same_way():

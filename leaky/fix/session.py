@@ -143,7 +143,7 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
 
     def trial(make_fix=None, offset=0, label=None, holdout_fix=None) -> Trial:
         return run_trial(program, make_fix, offset, config.steps, config.holdout, config.audit_steps, label,
-                         holdout_fix, on_step)
+                         holdout_fix, on_step, freeze_modules=True)
 
     say(f"unfixed run: {config.steps} steps + {config.holdout} held out, auditing the first {config.audit_steps}")
     base = trial()

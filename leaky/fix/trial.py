@@ -8,9 +8,10 @@ A trial runs the user's program (a script or a callable) with
 - optionally one run-time `Fix` (see `runtime`);
 - an audit of its first steps, for the leak metrics;
 - a `StepControl` that counts optimizer steps, keeps the loss of each, and after K steps
-  freezes the parameters (every later step is undone) for H more steps: their losses are
-  the model's loss at step K on the next H batches of the program's own stream, which it
-  has not trained on. Then the program is stopped.
+  freezes the parameters (every later step is undone, and with `freeze_modules` every
+  write into a module outside the optimizer too: `frozen`) for H more steps: their losses
+  are the model's loss at step K on the next H batches of the program's own stream, which
+  it has not trained on. Then the program is stopped.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from leaky.audit import Audit
 from leaky.config import AuditConfig
 from leaky.failure import ScriptFailure, failure_of
+from leaky.fix.frozen import FrozenModules
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
 from leaky.record.recorder import StopObserving
@@ -81,8 +83,12 @@ class StepControl:
     """Counts the lead optimizer's steps; freezes the model for the held-out steps; stops."""
 
     def __init__(self, steps: int, holdout: int, holdout_fix: Callable | None = None,
-                 on_step: Callable[[int, int], None] | None = None) -> None:
+                 on_step: Callable[[int, int], None] | None = None,
+                 freeze: Callable[[], list] | None = None) -> None:
         self.steps, self.holdout_steps = steps, holdout
+        self._freeze = freeze                    # the modules to keep at step K (FrozenModules), if any
+        self.frozen_modules: FrozenModules | None = None
+        self._modules: dict[int, object] = {}    # every module assigned into another, and that other
         self.on_step = on_step                   # (steps done, steps in all), for progress
         self._make_holdout_fix = holdout_fix     # a fix that acts on the held-out steps only
         self.holdout_fix = None
@@ -109,6 +115,8 @@ class StepControl:
         self._handles.clear()
         if self.holdout_fix is not None:
             self.holdout_fix.__exit__(*exc)
+        if self.frozen_modules is not None:
+            self.frozen_modules.__exit__(*exc)
         self._patch.__exit__(*exc)
 
     @property
@@ -117,6 +125,9 @@ class StepControl:
 
     def _on_module(self, parent, name, module) -> None:
         """Where each submodule is assigned: the line that builds it, for diffs."""
+        if module is not None and self._freeze is not None:
+            self._modules.setdefault(id(parent), parent)
+            self._modules.setdefault(id(module), module)
         if module is not None and id(module) not in self.module_sites:
             where = self._locator.locate()
             if where is not None:
@@ -133,6 +144,11 @@ class StepControl:
         return original(tensor, *args, **kwargs)
 
     def _pre(self, optimizer, args, kwargs):
+        if self.frozen and self._freeze is not None and self.frozen_modules is None:
+            # NOTE: at the first held-out step, not at step K: the program's own writes that
+            # end step K (a target network synced right after it) are part of the step-K state.
+            self.frozen_modules = FrozenModules([*self._modules.values(), *self._freeze()])
+            self.frozen_modules.__enter__()
         if self.frozen:
             with torch.no_grad():
                 self._saved[id(optimizer)] = [p.detach().clone() for group in optimizer.param_groups
@@ -145,6 +161,8 @@ class StepControl:
             with torch.no_grad():
                 for p, value in zip((p for group in optimizer.param_groups for p in group["params"]), saved):
                     p.copy_(value)
+            if self.frozen_modules is not None:
+                self.frozen_modules.settle()
         if self._lead is None:
             self._lead = optimizer
         if optimizer is not self._lead:
@@ -206,11 +224,14 @@ class SeedOffset:
 
 def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: int, steps: int,
               holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None,
-              on_step: Callable[[int, int], None] | None = None) -> Trial:
-    """Run `program` once under a seed offset, an optional fix, an audit and the step control."""
+              on_step: Callable[[int, int], None] | None = None, freeze_modules: bool = False) -> Trial:
+    """Run `program` once under a seed offset, an optional fix, an audit and the step control.
+    `freeze_modules`: after step K, what the program writes into its modules outside the
+    optimizer (a target network's sync) is undone too (`FrozenModules`)."""
     fix = make_fix() if make_fix is not None else None
-    control = StepControl(steps, holdout, holdout_fix, on_step)
     audit = Audit(config=AuditConfig(steps=min(audit_steps, steps)))
+    seen = (lambda: [info.module for info in audit.recorder.modules.infos]) if freeze_modules else None
+    control = StepControl(steps, holdout, holdout_fix, on_step, seen)
     output = io.StringIO()
     status, failure = "finished", None
     start = time.perf_counter()
