@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from leaky.checks._depth import depth_profile
 from leaky.finding import Finding
 from leaky.numbers import num, pct
 from leaky.stats import AuditStats
@@ -47,6 +48,12 @@ def _zeroed(finding, stats):
     shares = [op.zeroed_share for op in stats.ops if op.source is not None and op.zeroed_share is not None
               and (op.source.file, op.source.line) == (finding.source.file, finding.source.line)]
     return pct(max(shares)) if shares else pct(0.0)
+
+
+@metric("LK103", "gradient at the first layer / at the last")
+def _depth_ratio(finding, stats):
+    profile = depth_profile(stats)
+    return num(profile.ratio) if profile is not None else None
 
 
 @metric("LK105", "gradient growth over time steps")

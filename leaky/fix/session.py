@@ -26,7 +26,7 @@ from typing import Callable
 
 from leaky.finding import Finding
 from leaky.fix import measure as measures
-from leaky.fix import metrics, verdict
+from leaky.fix import metrics, vanishing, verdict  # noqa: F401  (vanishing: LK103's remedies register)
 from leaky.fix.change import Change
 from leaky.fix.remedies import Candidate, Context, propose, without_remedy
 from leaky.fix.runtime import Fix
