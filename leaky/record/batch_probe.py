@@ -151,12 +151,15 @@ class BatchProbe:
 
 def _admissible(rows: set[int]) -> Callable[[int], bool]:
     """Which sizes a batch dim can have, by the step's losses: a loss averages over the
-    batch's rows, or over batch × time once flattened (B·T), so a batch of N rows divides
-    the rows of some loss. A loss over one row is a batch of one (a seq2seq model trained
-    one pair at a time): its hidden size is no batch. No loss seen: any size."""
+    batch's rows, over batch × time once flattened (B·T), or over a part of the batch (the
+    first half of a contrastive pair, z.chunk(2)), so a batch of N rows divides the rows of
+    some loss, or they divide N. A loss over one row is a batch of one (a seq2seq model
+    trained one pair at a time: run_pending probes nothing then): its hidden size is no
+    batch. No loss seen: any size."""
+    rows = {r for r in rows if r > 1}
     if not rows:
         return lambda size: True
-    return lambda size: any(r % size == 0 for r in rows)
+    return lambda size: any(r % size == 0 or size % r == 0 for r in rows)
 
 
 def _tensors(value: Any, depth: int = 2) -> list[Tensor]:
