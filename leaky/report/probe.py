@@ -34,6 +34,8 @@ def _input_cells(m: dict) -> str:
     if m.get("lost_at") and m["lost_at"].get("line") and not beaten:
         lost = m["lost_at"]
         text += f"\ninput made constant by {lost['op']} at line {lost['line']}"
+    elif m.get("mispaired") and m["mispaired"].get("line") and not beaten:
+        text += f"\ninputs and targets are not the same samples (line {m['mispaired']['line']})"
     return text
 
 
@@ -69,7 +71,7 @@ def audit_lines(data: dict, most: int = 3) -> list[str]:
         lines.append(f"  {found[0]['severity']} {code} {found[0]['name']}: {places}{more}")
     info = len(notes) - len(serious)
     if info:
-        lines.append(f"  and {info} info finding{'s' if info > 1 else ''}")
+        lines.append(f"  {'and ' if lines else ''}{info} info finding{'s' if info > 1 else ''}")
     return lines
 
 
