@@ -62,11 +62,12 @@ def _parents(ranked: list[Finding]) -> dict[int, int | None]:
     parent: dict[int, int | None] = {}
     for j, symptom in enumerate(ranked):
         parent[j] = next((i for i, cause in enumerate(ranked)
-                          if explains(cause, symptom) and j not in _ancestors(i, parent)), None)
+                          if explains(cause, symptom) and j not in ancestors(i, parent)), None)
     return parent
 
 
-def _ancestors(i: int, parent: dict[int, int | None]) -> set[int]:
+def ancestors(i: int, parent: dict[int, int | None]) -> set[int]:
+    """i and the findings above it in the story tree (`parent`: finding -> the one explaining it)."""
     seen = {i}
     while parent.get(i) is not None and parent[i] not in seen:
         i = parent[i]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from leaky.story import ancestors
+
 RANK = {"error": 2, "warning": 1, "info": 0}
 
 
@@ -57,7 +59,7 @@ def arrange(findings: list[dict]) -> Arranged:
     parent: dict[int, int | None] = {}
     for j in range(n):                      # the first cause that does not lead back to j
         parent[j] = next((i for i in range(n) if explains(findings[i], findings[j])
-                          and j not in _ancestors(i, parent)), None)
+                          and j not in ancestors(i, parent)), None)
     children: dict[int | None, list[int]] = {}
     for j in range(n):
         children.setdefault(parent[j], []).append(j)
@@ -70,14 +72,6 @@ def arrange(findings: list[dict]) -> Arranged:
     return Arranged([findings[j] for j in ordered],
                     {at[i]: sorted(at[j] for j in children.get(i, [])) for i in range(n) if children.get(i)},
                     {at[j]: at[parent[j]] for j in range(n) if parent[j] is not None})
-
-
-def _ancestors(i: int, parent: dict[int, int | None]) -> set[int]:
-    seen = {i}
-    while parent.get(i) is not None and parent[i] not in seen:
-        i = parent[i]
-        seen.add(i)
-    return seen
 
 
 def _subtree(i: int, children: dict[int | None, list[int]]) -> list[int]:
