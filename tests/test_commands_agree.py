@@ -28,18 +28,10 @@ def _verdict(path) -> set[tuple]:
     return {(f["code"], f["severity"], f["module"], (f["source"] or {}).get("line")) for f in findings}
 
 
-# NOTE: a script that fails before its first backward (these two raise in their first loss
-# call) ends both commands with the script's own status, and both find the loss mismatch
-# (the audit in its JSON, the watch in its live announcement and its store), but
-# `leaky watch` writes no --json then (cli/run.py: cmd_watch returns nothing_observed before
-# write_json; cmd_audit writes it first). strict: the mark must go once the watch writes it.
-NO_WATCH_JSON = pytest.mark.xfail(strict=True, raises=FileNotFoundError,
-                                  reason="leaky watch writes no --json when the script fails before its first backward")
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")   # torch's own warnings to the examples (shown at their line)
-@pytest.mark.parametrize("name", [pytest.param(name, marks=NO_WATCH_JSON) if EXAMPLES[name].raises else name
-                                  for name in sorted(EXAMPLES)])
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_audit_and_watch_every_1_agree_on_every_example(name, tmp_path, capsys):
     script = tmp_path / "example.py"
     script.write_text(f"from leaky.zoo import get\nget({name!r}).run(steps={STEPS}, seed=0)\n")

@@ -102,6 +102,8 @@ def cmd_watch(args) -> int:
     if not main_process():
         return exit_status(run, report, args.fail_on)
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
+        if args.json:
+            write_json(report, args.json)   # as audit does: a CI job reads the findings either way
         return nothing_observed(args.script, run, report, "watch")
     for note in report.run.get("notes", []):
         error(note)
