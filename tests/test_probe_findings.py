@@ -201,7 +201,7 @@ for i in range(0, N, 64):
     loss = F.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
-    optimizer_step = opt.step()
+    opt.step()
 """
 
 

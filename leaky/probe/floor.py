@@ -60,8 +60,11 @@ class LossTerms:
         term = Term((name,) + key, name, out.detach().reshape(()), id(first))
         if term.key not in self.arguments:
             self.arguments[term.key] = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in bound.items()}
+        try:
+            out.register_hook(self._hook(term))
+        except RuntimeError:
+            return   # a tensor that takes no hook: its weight stays unknown
         self.steps[-1].append(term)
-        out.register_hook(self._hook(term))
 
     def _hook(self, term: Term):
         def read(grad):

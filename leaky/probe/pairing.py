@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from leaky.config import AuditConfig
 from leaky.probe.replay import ModelCalls, _is_data, _Mode, _tensors
 from leaky.record.sites import SourceLocator
 
@@ -117,18 +118,25 @@ class RowTrace(ModelCalls):
         out = func(*args, **kwargs)
         if self.done or self.depth or not self.live:
             return out
+        try:
+            self._note(args, kwargs, out)
+        except Exception:   # it only reads: an op it cannot read is not followed (the tests raise it)
+            if AuditConfig().strict:
+                raise
+        return out
+
+    def _note(self, args, kwargs, out) -> None:
         flat = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
         if torch.is_grad_enabled() and any(t.requires_grad for t in flat):
             where = self._locator.locate()
             self.targets.extend((rows, where) for t in flat if _is_data(t) and t.numel() > 1
                                 and (rows := self.rows_of(t)) is not None and not rows.single)
-            return out
+            return
         for o in _tensors(out):
             if _is_data(o) and all(o is not t for t in flat):
                 rows = self._follow(o, args, kwargs)
                 if rows is not None:
                     self._remember(o, rows)
-        return out
 
     def _remember(self, tensor: torch.Tensor, rows: Rows) -> None:
         key = id(tensor)
