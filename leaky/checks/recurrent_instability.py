@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from leaky.checks import register
+from leaky.checks import explainer, register
 from leaky.checks._reach import Reach, contracting, loss_drop, reach_of
 from leaky.checks._util import line_of, num, pct
 from leaky.config import AuditConfig
@@ -142,3 +142,19 @@ def _init_line(stats: AuditStats, rec: RecurrenceStats, name: str):
     if rec.init_source is not None:
         return rec.init_source
     return next((p.source for p in stats.params if p.name == name), None)
+
+
+@explainer("LK105")
+def _explains_large_updates(root: Finding, symptom: Finding) -> str | None:
+    """A too-high update ratio (LK202) of a weight in the recurrence whose gradient grows
+    over time: the update is lr·g, and g is what explodes (the rate as set is not the cause;
+    clipping the gradient norm, the root's fix, bounds the update)."""
+    if symptom.code != "LK202" or symptom.evidence.get("direction") != "high" \
+            or root.evidence.get("direction") != "grows" or not root.module or not symptom.module:
+        return None
+    if symptom.module != root.module and not symptom.module.startswith(root.module + "."):
+        return None
+    growth = root.evidence.get("growth_first_over_last")
+    grown = f" ({num(growth)}× from the last time step to the first)" if growth else ""
+    return (f"its gradient grows through time in {root.module}'s recurrence{grown}, so lr·g is as large "
+            "as the gradient is")
