@@ -51,7 +51,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
             return None
         return _rise_within_periods(objective, objective.periods(), config, found, of)
     if curve.start > 0 and curve.end > curve.start * config.loss_rise_factor \
-            and _beyond_noise(objective.rows, curve, config):
+            and _beyond_noise(objective.rows, config):
         message = (f"the loss{of} rose from {num(curve.start)} to {num(curve.end)} over {curve.steps} steps "
                    f"({num(curve.end / curve.start)}×).{cause_text(found)}")
         return _finding(Severity.WARNING, message, found, curve.last_step,
@@ -65,15 +65,22 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
     return None
 
 
-def _beyond_noise(rows, curve, config: AuditConfig) -> bool:
+def _beyond_noise(rows, config: AuditConfig) -> bool:
     """Whether the rise from the first tenth to the last is a trend and not the series'
-    own step-to-step spread (see AuditConfig.loss_rise_noise_z)."""
+    own step-to-step spread (see AuditConfig.loss_rise_noise_z).
+
+    NOTE: on the log of the loss when it is positive: a divergence grows geometrically
+    (|1 - lr·h| per step), and a loss that climbed five orders of magnitude and swings by
+    one at the top has swings huge in absolute terms but small next to its rise."""
     losses = [loss for _, loss in rows if math.isfinite(loss)]
     if len(losses) < 6:
         return True
+    if min(losses) > 0:
+        losses = [math.log(loss) for loss in losses]
     k = max(3, len(losses) // 10)   # the window curve_of averages
+    start, end = statistics.fmean(losses[:k]), statistics.fmean(losses[-k:])
     sigma = math.sqrt(statistics.fmean((b - a) ** 2 for a, b in zip(losses, losses[1:])) / 2)
-    return curve.end - curve.start > config.loss_rise_noise_z * sigma * math.sqrt(2 / k)
+    return end - start > config.loss_rise_noise_z * sigma * math.sqrt(2 / k)
 
 
 def _rise_within_periods(objective: Objective, periods, config: AuditConfig, found, of: str) -> Finding | None:
