@@ -123,6 +123,24 @@ def _window(act) -> str:
     return f" (steps {first} to {last})" if act.window > 1 else f" (step {last})"
 
 
+_FIX = ("Lower the learning rate or add warmup (a large update pushes biases far negative), "
+        "initialise with nn.init.kaiming_normal_(w, nonlinearity='relu'), normalise the inputs, "
+        "or use LeakyReLU/GELU, whose gradient is nonzero for x < 0.")
+_FIX_FROM_START = ("No update killed most of these units: they never fired. Centre the layer's inputs (a layer fed "
+                   "only non-negative values, such as another ReLU's outputs, can start with units negative on every "
+                   "sample), initialise with nn.init.kaiming_normal_(w, nonlinearity='relu') and a zero or small "
+                   "positive bias, or use LeakyReLU/GELU, whose gradient is nonzero for x < 0.")
+
+
+def _from_start_text(from_start: int, dead: int) -> str:
+    """The dead units that never fired on any observed sample, in a sentence."""
+    if from_start <= 0:
+        return ""
+    if from_start == dead:
+        return " None of them fired on any observed sample: they were dead from the first observed step."
+    return f" The other {from_start} never fired on any observed sample: dead from the first observed step."
+
+
 @register("LK102", "dead-units", "ReLU-family units that never activate on any observed sample")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
@@ -141,17 +159,22 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if severity is None:
             continue
         when, step, died_between = _when(stats, act, config)
-        cause = _culprit(stats, died_between, config)
+        from_start = act.dead_units - len(act.died_steps)
+        # NOTE: an update can only be blamed for the units it killed: when most of the dead
+        # units never fired on any observed step (a layer fed only non-negative inputs, such
+        # as another ReLU's outputs, whose units start negative on every sample), the learning
+        # rate is not their cause.
+        cause = _culprit(stats, died_between, config) if 2 * from_start <= act.dead_units else None
+        when += _from_start_text(from_start, act.dead_units)
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
                    f"{act.window} observed steps{_window(act)}; relu'(x) = 0 for x ≤ 0, so they get no "
                    f"gradient and cannot recover.{when}")
-        fix = ("Lower the learning rate or add warmup (a large update pushes biases far negative), "
-               "initialise with nn.init.kaiming_normal_(w, nonlinearity='relu'), normalise the inputs, "
-               "or use LeakyReLU/GELU, whose gradient is nonzero for x < 0.")
+        fix = _FIX_FROM_START if 2 * from_start > act.dead_units else _FIX
         evidence = {"dead_units": act.dead_units, "units": act.units, "dead_share": share,
                     "window_steps": act.window, "window_samples": window_samples,
-                    "died_during_observation": len(act.died_steps), "first_death_step": step,
+                    "died_during_observation": len(act.died_steps), "dead_from_start": from_start,
+                    "first_death_step": step,
                     "died_between_steps": died_between}
         findings.append(Finding("dead-units", "LK102", severity, message, fix, act.module, act.op,
                                 act.source, step, evidence, cause))
