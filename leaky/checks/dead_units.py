@@ -20,49 +20,93 @@ from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats
 
-def _just_before(stats: AuditStats, first: int, last: int, config: AuditConfig) -> str:
+def _layer_params(stats: AuditStats, module: str | None) -> list:
+    """The trained parameters that feed a layer's units: those of the nearest module around
+    it (itself, or its parent: an nn.ReLU sits beside the Linear before it) that holds any.
+
+    NOTE: a run may train other models with optimizers of their own (SAC's actor and its
+    entropy temperature beside the critics): their updates, gradients and learning rates
+    did nothing to this layer's units."""
+    trained = [p for p in stats.params if p.in_optimizer]
+    if module is None:
+        return trained
+    parts = module.split(".")
+    for depth in range(len(parts), -1, -1):
+        prefix = ".".join(parts[:depth])
+        near = [p for p in trained if p.module is not None
+                and (not prefix or p.module == prefix or p.module.startswith(prefix + "."))]
+        if near:
+            return near
+    return trained
+
+
+def _rows_of(stats: AuditStats, params: list) -> dict[int, list]:
+    """Each optimizer that trains `params`: its own rows of the series, in step order."""
+    optimizers = {p.optimizer for p in params}
+    rows: dict[int, list] = {}
+    for row in stats.series:
+        if row.optimizer in optimizers or not optimizers:
+            rows.setdefault(row.optimizer, []).append(row)
+    return rows
+
+
+def _lr_jumps(rows: dict[int, list], first: int, last: int, config: AuditConfig) -> list[tuple[int, float, float, int]]:
+    """(step, lr before, lr after, optimizer) where one optimizer's own rate rose `lr_jump`×
+    from its previous step to a step in [first, last]: a jump is one optimizer's (a run with
+    several optimizers alternates their rates, which is no jump)."""
+    jumps = []
+    for optimizer, own in rows.items():
+        for before, row in zip(own, own[1:]):
+            if (first <= row.step <= last and before.lr and row.lr is not None
+                    and row.lr > config.lr_jump * before.lr):
+                jumps.append((row.step, before.lr, row.lr, optimizer))
+    return sorted(jumps, key=lambda jump: jump[0])
+
+
+def _just_before(stats: AuditStats, first: int, last: int, config: AuditConfig, params: list) -> str:
     """What happened on the steps whose updates could have killed most units (the step of
     their last firing, up to the step before they were seen silent): Karpathy's 'knocked off
-    by a large update' is a gradient spike, a large update, or a learning-rate step."""
-    rows = {row.step: (row.grad_norm, row.lr) for row in stats.series}
-    span = [step for step in range(first, last + 1) if step in rows]
+    by a large update' is a gradient spike, a large update, or a learning-rate step. Only
+    what reached this layer counts: its own parameters' updates, and the gradient norms and
+    learning rates of the optimizers that train them."""
+    rows = _rows_of(stats, params)
+    steps = {row.step: row for own in rows.values() for row in own}
+    span = [step for step in range(first, last + 1) if step in steps]
     if first < 0 or not span:
         return ""
     events = []
-    norms = [n for s, (n, _) in rows.items() if n is not None and s < first]
-    spiked = [(rows[s][0], s) for s in span if rows[s][0] is not None]
+    norms = [row.grad_norm for row in steps.values() if row.grad_norm is not None and row.step < first]
+    spiked = [(steps[s].grad_norm, s) for s in span if steps[s].grad_norm is not None]
     if spiked and norms:
         typical = statistics.median(norms)
         norm, step = max(spiked)
         if typical > 0 and norm > config.dead_spike_factor * typical:
             events.append((step, f"the gradient norm spiked to {norm:.3g} ({norm / typical:.0f}× its median)"))
-    for step in span:
-        lrs = [rows[s][1] for s in (step - 1, step) if s in rows]
-        if len(lrs) == 2 and None not in lrs and lrs[0] and lrs[1] > config.lr_jump * lrs[0]:
-            events.append((step, f"the learning rate jumped from {lrs[0]:.3g} to {lrs[1]:.3g}"))
-            break
-    ratios = [(r, s) for p in stats.params for s, r in p.update_ratios if first <= s <= last]
+    jumps = _lr_jumps(rows, first, last, config)
+    if jumps:
+        step, before, after, _ = jumps[0]
+        events.append((step, f"the learning rate jumped from {before:.3g} to {after:.3g}"))
+    ratios = [(r, s) for p in params for s, r in p.update_ratios if first <= s <= last]
     if ratios and max(ratios)[0] > config.dead_large_update:
         events.append((max(ratios)[1], f"an update changed a weight by {max(ratios)[0]:.2g}× its norm"))
     return _events_text(events, first, last)
 
 
-def _culprit(stats: AuditStats, died: list[int] | None, config: AuditConfig) -> Cause | None:
+def _culprit(stats: AuditStats, died: list[int] | None, config: AuditConfig, params: list) -> Cause | None:
     """The learning rate's line, when the units died right after a large update or a jump
     of the learning rate (the events `_just_before` names): the rate is what to change."""
     if not died:
         return None
     first, last = died[0] - 1, died[1] - 1
-    ratios = [(r, s, p) for p in stats.params for s, r in p.update_ratios if first <= s <= last]
+    ratios = [(r, s, p) for p in params for s, r in p.update_ratios if first <= s <= last]
     if ratios:
         ratio, _, param = max(ratios, key=lambda item: item[0])
         if ratio > config.dead_large_update:
             return lr_cause(stats, param, "high", config)
-    rows = {row.step: row.lr for row in stats.series}
-    jumped = any(rows.get(s - 1) and rows.get(s) and rows[s] > config.lr_jump * rows[s - 1]
-                 for s in range(first, last + 1))
-    if jumped:
-        param = next((p for p in stats.params if p.in_optimizer), None)
+    jumps = _lr_jumps(_rows_of(stats, params), first, last, config)
+    if jumps:
+        optimizer = jumps[0][3]
+        param = next((p for p in params if p.optimizer == optimizer), None)
         return None if param is None else lr_cause(stats, param, "high", config)
     return None
 
@@ -82,7 +126,7 @@ def _joined(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _when(stats: AuditStats, act, config: AuditConfig) -> tuple[str, int | None, list[int] | None]:
+def _when(stats: AuditStats, act, config: AuditConfig, params: list) -> tuple[str, int | None, list[int] | None]:
     """The sentence on when the dead units that fired earlier died, the step a finding
     points at (the earliest a unit may have died), and the range of steps they died in.
 
@@ -94,25 +138,25 @@ def _when(stats: AuditStats, act, config: AuditConfig) -> tuple[str, int | None,
         return "", None, None
     earliest, latest = deaths[0][0], max(seen for _, seen in deaths)
     exact = all(died == seen for died, seen in deaths)
-    text = _exact_when(stats, deaths, config) if exact else _sampled_when(stats, deaths, config)
+    text = _exact_when(stats, deaths, config, params) if exact else _sampled_when(stats, deaths, config, params)
     return f" {len(deaths)} of them fired earlier and {text}", earliest, [earliest, latest]
 
 
-def _exact_when(stats: AuditStats, deaths: list[tuple[int, int]], config: AuditConfig) -> str:
+def _exact_when(stats: AuditStats, deaths: list[tuple[int, int]], config: AuditConfig, params: list) -> str:
     first, last = deaths[0][0], deaths[-1][0]
     median = statistics.median(died for died, _ in deaths)
     when = f"died at step {first}" if first == last else f"died between steps {first} and {last} (median {median:g})"
-    return f"{when}.{_just_before(stats, int(median) - 1, int(median) - 1, config)}"
+    return f"{when}.{_just_before(stats, int(median) - 1, int(median) - 1, config, params)}"
 
 
-def _sampled_when(stats: AuditStats, deaths: list[tuple[int, int]], config: AuditConfig) -> str:
+def _sampled_when(stats: AuditStats, deaths: list[tuple[int, int]], config: AuditConfig, params: list) -> str:
     earliest, latest = deaths[0][0], max(seen for _, seen in deaths)
     died, seen = deaths[len(deaths) // 2]
     if (died, seen) == (earliest, latest):
         observed = f": they fired at observed step {died - 1} and were silent at observed step {seen}."
     else:
         observed = f"; the median unit fired at observed step {died - 1} and was silent at observed step {seen}."
-    return f"died between steps {earliest} and {latest}{observed}{_just_before(stats, died - 1, seen - 1, config)}"
+    return f"died between steps {earliest} and {latest}{observed}{_just_before(stats, died - 1, seen - 1, config, params)}"
 
 
 def _window(act) -> str:
@@ -158,13 +202,14 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = Severity.INFO
         if severity is None:
             continue
-        when, step, died_between = _when(stats, act, config)
+        params = _layer_params(stats, act.module)
+        when, step, died_between = _when(stats, act, config, params)
         from_start = act.dead_units - len(act.died_steps)
         # NOTE: an update can only be blamed for the units it killed: when most of the dead
         # units never fired on any observed step (a layer fed only non-negative inputs, such
         # as another ReLU's outputs, whose units start negative on every sample), the learning
         # rate is not their cause.
-        cause = _culprit(stats, died_between, config) if 2 * from_start <= act.dead_units else None
+        cause = _culprit(stats, died_between, config, params) if 2 * from_start <= act.dead_units else None
         when += _from_start_text(from_start, act.dead_units)
         message = (f"{pct(share)} of {act.module or 'this layer'}'s {act.units} {act.op} units "
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
