@@ -60,14 +60,18 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if share is None:
             continue
         on_loss_path = op.loss_path and kind is not SELECT
+        judged_by = "elements"      # the measure the severity rests on (`leaky fix` shows it before and after)
         if on_loss_path:
-            severity = _worst(severity_above(share, config.dead_zone_loss_warning, config.dead_zone_loss_error),
-                              _by_mass(op, config))
+            by_count = severity_above(share, config.dead_zone_loss_warning, config.dead_zone_loss_error)
+            by_mass = _by_mass(op, config)
+            severity = _worst(by_count, by_mass)
+            if by_mass is not None and (by_count is None or by_mass.rank > by_count.rank):
+                judged_by = "gradient mass"
         else:
             severity = severity_above(share, config.dead_zone_warning, config.dead_zone_error)
         if severity is None:
             continue
-        finding = _finding(op, kind, share, severity, on_loss_path)
+        finding = _finding(op, kind, share, severity, on_loss_path, judged_by)
         chooser = by_site.get(op.detail.get("clipped_by"))
         findings.append(finding if chooser is None else _by_design(finding, op, chooser, share))
     return findings
@@ -123,7 +127,7 @@ def _bounds(op: OpStats) -> str:
     return f" Bounds here: [{'-inf' if low is None else low}, {'inf' if high is None else high}]."
 
 
-def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: bool) -> Finding:
+def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: bool, judged_by: str) -> Finding:
     bounds = _bounds(op)
     elements = int(op.nonzero_in)
     counted = f" of the {elements} elements that reach the loss" if elements else " of the elements that reach the loss"
@@ -141,7 +145,7 @@ def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: 
         message += "Nothing upstream of these elements learns from them."
     evidence = {"zeroed_share": share, "elements_reaching_loss": elements, "node": op.node,
                 "steps_counted": op.zero_steps or op.steps, "role": "loss_path" if on_loss_path else "hidden",
-                "zeroed_mass_share": op.zeroed_mass_share,
+                "zeroed_mass_share": op.zeroed_mass_share, "judged_by": judged_by,
                 **op.detail}
     return Finding("dead-zone", "LK106", severity, message, kind.fix, op.module, op.op, op.source, None,
                    evidence)

@@ -22,13 +22,19 @@ inputs of several classes: one-hot rows on different entries average to a spread
 hot rows on one entry to a one-hot p̄, judged by the same rule ((1 − ||p̄||²) / (1 − 1/n) below
 `flat_derivative_share`). A policy-gradient loss is no measure of progress here: −log p(a)·A
 falls toward 0 as p(a) → 1 whether the return improves or not.
+
+What it explains (`@explainer`): the vanishing gradient (LK103) a saturated sigmoid/tanh layer
+on its path causes, when at its family's largest derivative the path would not vanish; and a
+collapse explains the high update ratios (LK202) of the layer that computes the scores, or of
+weights whose rate is set at the same line, which the falling loss does not excuse.
 """
 from __future__ import annotations
 
 from leaky import ops
-from leaky.checks import register
+from leaky.checks import explainer, register
+from leaky.checks._collapse import collapsed, scores_param
 from leaky.checks._optim import lr_cause
-from leaky.checks._util import num, pct, severity_above
+from leaky.checks._util import line_of, num, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
 from leaky.stats import ActivationStats, AuditStats
@@ -52,8 +58,8 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                 findings.append(_smooth(act, severity, stats, config))
         elif family is not None and family.rows and _flat_from_start(act, config) is not None:
             findings.append(_softmax_from_start(act, _flat_from_start(act, config), stats, config))
-        elif family is not None and family.rows and _collapsed(act, stats, config) is not None:
-            findings.append(_softmax_collapsed(act, _collapsed(act, stats, config), stats, config))
+        elif family is not None and family.rows and collapsed(act, stats, config) is not None:
+            findings.append(_softmax_collapsed(act, collapsed(act, stats, config), stats, config))
         elif (family is not None and family.rows and act.peaked_share is not None
               and act.peaked_share >= config.softmax_peaked_share):
             op = stats.op(act.site)
@@ -116,7 +122,8 @@ def _softmax_from_start(act: ActivationStats, severity: Severity, stats: AuditSt
                       "(or use F.scaled_dot_product_attention), divide logits by a temperature rather than multiply, "
                       "or normalise what feeds them (LayerNorm, or q/k normalisation).")
     evidence = {"first_step_flat_row_share": act.first_flat_share, "first_step_jacobian_share": act.first_jacobian_share,
-                "peaked_share": act.peaked_share, "row_length": n, "backward_gain": gain}
+                "peaked_share": act.peaked_share, "row_length": n, "backward_gain": gain,
+                "scores_module": _scores_module(act, stats)}
     return Finding("saturated-activation", "LK101", severity, message, fix, act.module, act.op,
                    act.source, None, evidence, None if own_fix else _scores_cause(act, stats))
 
@@ -124,16 +131,6 @@ def _softmax_from_start(act: ActivationStats, severity: Severity, stats: AuditSt
 def _rule_extra(op: str) -> dict:
     rule = ops.rule(op)
     return {} if rule is None else rule.extra
-
-
-def _collapsed(act: ActivationStats, stats: AuditStats, config: AuditConfig) -> Severity | None:
-    """An output softmax that became flat during training, every row on the same entry."""
-    op = stats.op(act.site)
-    if (op is None or not op.loss_path or act.recent_flat_share is None or act.recent_mean_row_share is None
-            or act.first_flat_share is None or act.first_flat_share >= config.saturated_warning
-            or act.recent_mean_row_share >= config.flat_derivative_share):
-        return None
-    return severity_above(act.recent_flat_share, config.saturated_warning, config.saturated_error)
 
 
 def _softmax_collapsed(act: ActivationStats, severity: Severity, stats: AuditStats, config: AuditConfig) -> Finding:
@@ -154,19 +151,21 @@ def _softmax_collapsed(act: ActivationStats, severity: Severity, stats: AuditSta
            "(loss = loss − β·entropy.mean(), β ≈ 0.01; check its sign: + β·entropy pushes toward collapse).")
     evidence = {"first_step_flat_row_share": act.first_flat_share, "recent_flat_row_share": act.recent_flat_share,
                 "recent_mean_row_jacobian_share": act.recent_mean_row_share, "recent_steps": act.recent_span,
-                "row_length": n, "developed": True}
+                "row_length": n, "developed": True, "scores_module": _scores_module(act, stats)}
     return Finding("saturated-activation", "LK101", severity, message, fix, act.module, act.op,
                    act.source, None, evidence, _rate_cause(act, stats, config))
 
 
 def _rate_cause(act: ActivationStats, stats: AuditStats, config: AuditConfig) -> Cause | None:
     """The learning rate of the layer that computed the scores: what moved them this far."""
-    site = act.detail.get("scores_site")
-    scores = stats.op(site) if site is not None else None
-    if scores is None or scores.module is None:
-        return None
-    param = next((p for p in stats.params if p.module == scores.module and p.in_optimizer), None)
+    param = scores_param(act, stats)
     return None if param is None else lr_cause(stats, param, "high", config)
+
+
+def _scores_module(act: ActivationStats, stats: AuditStats) -> str | None:
+    site = act.detail.get("scores_site")
+    op = stats.op(site) if site is not None else None
+    return None if op is None else op.module
 
 
 def _of_n(n) -> str:
@@ -180,3 +179,41 @@ def _scores_cause(act: ActivationStats, stats: AuditStats) -> Cause | None:
     if op is None or op.source is None or op.source == act.source:
         return None
     return Cause.at(op.source, "the scores fed to this softmax are computed here: scale them down")
+
+
+@explainer("LK101")
+def _explains_the_vanishing_it_causes(root: Finding, symptom: Finding) -> str | None:
+    """A saturated sigmoid/tanh layer on the vanishing path (LK103 names it where the gradient
+    is lost) explains the vanishing gradient when, at the gain its family passes unsaturated,
+    the path would not vanish: the ratio is the product of the local gains along the path, so
+    without this layer's flat units it would be ratio · peak / gain, at or above LK103's line."""
+    gain, peak = root.evidence.get("backward_gain"), root.evidence.get("max_local_derivative")
+    ratio, line = symptom.evidence.get("ratio"), symptom.evidence.get("vanishing_warning")
+    if symptom.code != "LK103" or not gain or not peak or not ratio or line is None or root.source is None:
+        return None
+    on_path = any(op.get("module") == root.module and op.get("op") == root.op and op.get("line") == root.source.line
+                  for op in symptom.evidence.get("lossy_ops") or ())
+    unsaturated = min(ratio * peak / gain, 1.0)
+    if not on_path or unsaturated < line:
+        return None
+    return (f"{root.module or root.op} passes on {num(gain)} of the gradient, where out of its flat region it "
+            f"would pass up to {num(peak)}; the first layer would then get up to {num(unsaturated)} of the last's, "
+            f"above the {num(line)} below which it vanishes")
+
+
+@explainer("LK101")
+def _explains_the_steps_that_collapsed_it(root: Finding, symptom: Finding) -> str | None:
+    """A too-high update ratio (LK202) of the layer that computes a collapsed softmax's scores,
+    or of a weight whose rate is set at the same line: the steps, or the rate, that drove the
+    collapse (the rows all on one entry). The falling loss is no evidence that they train."""
+    if symptom.code != "LK202" or symptom.evidence.get("direction") != "high" or not root.evidence.get("developed"):
+        return None
+    scores = root.evidence.get("scores_module")
+    same_rate = root.cause is not None and symptom.cause is not None and \
+        (root.cause.file, root.cause.line) == (symptom.cause.file, symptom.cause.line)
+    if symptom.module is not None and symptom.module == scores:
+        return f"these steps on {scores}, which computes the softmax's scores, drove it onto one entry"
+    if same_rate:
+        return (f"the learning rate set at {line_of(root.cause.source)} drove the "
+                "softmax onto one entry, and moves this weight as fast")
+    return None

@@ -28,6 +28,7 @@ import math
 import statistics
 
 from leaky.checks import register
+from leaky.checks._collapse import collapsed_optimizers
 from leaky.checks._loss import change_bound, curve_of, objectives
 from leaky.checks._optim import group_lrs, lr_cause, lr_origin, lrs_in_force, optimizer_of, stepped_every_batch
 from leaky.checks._util import line_of, num, severity_above
@@ -87,6 +88,9 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
                f"leaky's band is {_band(config)}){worst}")
     source, origin = lr_origin(stats, param, "high", config)
     falling = _still_falling(stats, param.optimizer, config)
+    collapse = _collapse_clause(stats, param.optimizer, config, falling)
+    if collapse:
+        falling = ""    # NOTE: −log p(a)·A falls toward 0 as p(a) → 1 whether the return improves or not
     if falling:
         # NOTE: advice must agree with the loss: a rate that still lowers it is not too high.
         message += f": a high learning rate for this layer, yet {falling} so it trains."
@@ -94,12 +98,12 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
         fix = ("Nothing to change while the loss keeps falling; if it stalls, oscillates or rises later, lower "
                "this layer's rate (a param group of its own) or warm the rate up.")
     else:
-        message += ": the learning rate is too high for this layer."
+        message += ": the learning rate is too high for this layer." + collapse
         fix = ("Lower the learning rate (×0.1), or give this layer its own param group with a smaller lr; "
                "a warmup schedule helps when the ratio is high only at the start.")
     return Finding("update-ratio", "LK202", severity, message + origin, fix, param.module, None, source,
                    param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high",
-                                                "loss_still_falling": bool(falling)},
+                                                "loss_still_falling": bool(falling), "collapsed_output": bool(collapse)},
                    None if falling else lr_cause(stats, param, "high", config))
 
 
@@ -227,6 +231,17 @@ def _still_falling(stats: AuditStats, index: int | None, config: AuditConfig) ->
         return ""
     return (f"the loss is still falling (means of the thirds of its {len(losses)} observed steps: "
             f"{num(level[0])}, {num(level[1])}, {num(level[2])}),")
+
+
+def _collapse_clause(stats: AuditStats, index: int | None, config: AuditConfig, falling: str) -> str:
+    """Why the falling loss (`falling`, `_still_falling`'s clause) is no evidence of training,
+    when an output softmax on this optimizer's loss collapsed (checks/_collapse.py, LK101);
+    else ''."""
+    if not falling or index is None or index not in collapsed_optimizers(stats, config):
+        return ""
+    return (f" {falling[0].upper()}{falling[1:]} but an output softmax on its path collapsed onto one entry (LK101), "
+            "and a policy-gradient loss −log p(a)·A falls toward 0 as p(a) → 1 whether the return improves or not: "
+            "its fall is no evidence that this layer trains.")
 
 
 def _frozen_after_decay(param: ParamStats, config: AuditConfig, stats: AuditStats) -> dict | None:

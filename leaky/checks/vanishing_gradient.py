@@ -49,7 +49,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                 "latest_module": last.module, "latest_grad_norm": last.grad_in,
                 "lossy_ops": [{"op": op.op, "module": op.module, "line": op.source.line if op.source else None,
                                "gain": op.gain} for op in culprits],
-                "starved_modules": _starved(stats, last.grad_in, config)}
+                "starved_modules": _starved(stats, last.grad_in, config), "vanishing_warning": config.vanishing_warning}
     return [Finding("vanishing-gradient", "LK103", severity, message, fix, top.module, top.op,
                     top.source, None, evidence)]
 

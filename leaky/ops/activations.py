@@ -100,7 +100,9 @@ register(OpRule("log_softmax", ("_log_softmax",), ("LogSoftmaxBackward",), "its 
                 module="LogSoftmax"))
 register(OpRule("gumbel_softmax", (), (), "softmax((logits + g) / tau): its Jacobian is diag(s) − ssᵀ over tau",
                 activation=GUMBEL_SOFTMAX, keeps_finite=True, output_range=(0.0, 1.0), detail=SOFTMAX_DIM,
-                extra={"dim_at": 4, "dim_default": -1, "flat_fix": (
+                # flat_arg: (name, position, value): the argument that makes its rows flat, and the value
+                # at which they have room (`leaky fix` raises it to that at the call's line)
+                extra={"dim_at": 4, "dim_default": -1, "flat_arg": ("tau", 1, 1.0), "flat_fix": (
                     "Its rows are one-hot because tau is small: (logits + g) / tau with Gumbel noise g is flat at "
                     "tau = 0.05 whatever the logits. Start tau at 1 (or more) and anneal it down during training "
                     "(tau = max(0.5, exp(-r·step)), Jang et al. 2017), or train with the soft sample and switch to "
