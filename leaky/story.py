@@ -52,6 +52,14 @@ def story_order(findings: list[Finding]) -> list[Finding]:
     return [f for root, rest in stories(findings) for f in (root, *rest)]
 
 
+def told_under(findings: list[Finding]) -> dict[int, Finding]:
+    """For each finding that another explains (by `id`), the one it is told under: its parent
+    in the story tree. A root is not in it."""
+    ranked = sorted(findings, key=_rank_key)
+    parent = _parents(ranked)
+    return {id(ranked[j]): ranked[i] for j, i in parent.items() if i is not None}
+
+
 def _rank_key(f: Finding) -> tuple:
     return -f.severity.rank, f.code, f.module or "", f.source.line if f.source else 0
 

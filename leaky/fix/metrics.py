@@ -6,6 +6,7 @@ that no longer triggers the check still has its number.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from leaky.checks._depth import depth_profile
@@ -13,7 +14,8 @@ from leaky.finding import Finding
 from leaky.numbers import num, pct
 from leaky.stats import AuditStats
 
-Metric = Callable[[Finding, AuditStats], "str | None"]
+# the value, or (what is measured, the value) where that depends on the finding; None: not measured
+Metric = Callable[[Finding, AuditStats], "str | tuple[str, str] | None"]
 METRICS: dict[str, tuple[str, Metric]] = {}
 
 
@@ -36,8 +38,18 @@ def _activation(finding: Finding, stats: AuditStats):
 
 @metric("LK101", "unit-samples in the flat region")
 def _flat(finding, stats):
+    """A sigmoid's or tanh's flat unit-samples; a softmax's one-hot rows, where the finding
+    judged them: at its first step, or over the last observed steps (a collapse)."""
     act = _activation(finding, stats)
-    return pct(act.flat_share) if act is not None and act.flat_share is not None else None
+    if act is None:
+        return None
+    if finding.evidence.get("developed"):
+        share, label = act.recent_flat_share, "rows one-hot over the last observed steps"
+    elif "first_step_flat_row_share" in finding.evidence:
+        share, label = act.first_flat_share, "rows one-hot at the first step"
+    else:
+        return pct(act.flat_share) if act.flat_share is not None else None
+    return None if share is None else (label, pct(share))
 
 
 @metric("LK102", "dead units")
@@ -48,11 +60,17 @@ def _dead(finding, stats):
 
 @metric("LK106", "gradient elements zeroed")
 def _zeroed(finding, stats):
+    """The share the finding was judged by (its evidence's `judged_by`): of the elements, or
+    of the gradient's mass Σ|g| arriving (a clamp on the loss path that zeroes few elements
+    carrying most of the gradient)."""
     if finding.source is None:
         return None
-    shares = [op.zeroed_share for op in stats.ops if op.source is not None and op.zeroed_share is not None
-              and (op.source.file, op.source.line) == (finding.source.file, finding.source.line)]
-    return pct(max(shares)) if shares else pct(0.0)
+    by_mass = finding.evidence.get("judged_by") == "gradient mass"
+    at_line = [op for op in stats.ops if op.source is not None
+               and (op.source.file, op.source.line) == (finding.source.file, finding.source.line)]
+    shares = [s for op in at_line if (s := op.zeroed_mass_share if by_mass else op.zeroed_share) is not None]
+    value = pct(max(shares)) if shares else pct(0.0)
+    return ("gradient mass zeroed", value) if by_mass else value
 
 
 @metric("LK103", "gradient at the first layer / at the last")
@@ -80,10 +98,31 @@ def _update(finding, stats):
     return num(param.update_ratio_max)
 
 
+@metric("LK304", "gradient elements flushed to 0")
+def _precision(finding, stats):
+    """The share the finding reports: float16 gradient elements flushed to 0 at its op, and/or
+    of the low-precision weights' elements with a gradient, those a step left unchanged."""
+    parts = []
+    if "zero_share" in finding.evidence:
+        shares = [op.underflow_share for op in stats.ops if op.underflow_share is not None and op.steps]
+        parts.append(("gradient elements flushed to 0", pct(max(shares)) if shares else "none in float16"))
+    if "unchanged_share" in finding.evidence or finding.evidence.get("rounded_updates"):
+        low = [(p.rounded_share, math.prod(p.shape)) for p in stats.params
+               if p.rounded_share is not None and p.in_optimizer and p.dtype in ("float16", "bfloat16")]
+        size = sum(n for _, n in low)
+        parts.append(("weight updates rounded away", pct(sum(s * n for s, n in low) / size) if size
+                      else "no float16/bfloat16 weights"))
+    if not parts:
+        return None
+    return " / ".join(label for label, _ in parts), " / ".join(value for _, value in parts)
+
+
 def measure(finding: Finding, stats: AuditStats | None, findings: list[Finding]) -> tuple[str, str]:
     """(what is measured, the value) in one run; without a metric, whether the finding is there."""
     label, function = METRICS.get(finding.code, ("finding", None))
     value = function(finding, stats) if function is not None and stats is not None else None
+    if isinstance(value, tuple):
+        return value
     if value is not None:
         return label, value
     match = next((f for f in findings if f.code == finding.code and f.module == finding.module

@@ -22,6 +22,7 @@ from leaky.fix import change as edits
 from leaky.fix import runtime as rt
 from leaky.fix.change import Change
 from leaky.stats import AuditStats
+from leaky.story import told_under
 
 
 @dataclass
@@ -34,6 +35,12 @@ class Context:
     root: str | None = None                        # the variable holding the model, if one
     module_types: dict[str, str] = field(default_factory=dict)          # path -> class name
     construction: dict[str, tuple[str, int]] = field(default_factory=dict)  # path -> where built
+    why_not: dict[int, str] = field(default_factory=dict)   # id(finding) -> why it has no mechanical fix
+
+    def no_fix(self, finding: Finding, why: str) -> list:
+        """No candidate for `finding`, and why (`leaky fix` says it)."""
+        self.why_not[id(finding)] = why
+        return []
 
     def grad_norms(self) -> list[float]:
         return [row[2] for row in self.stats.series if row[2] is not None and row[2] == row[2]
@@ -80,23 +87,69 @@ def remedy(code: str):
 
 
 def propose(findings: list[Finding], context: Context) -> list[Candidate]:
-    """Candidates for every finding at warning or error, merged by key, in finding order."""
+    """Candidates for every finding at warning or error, merged by key, in finding order.
+
+    A finding that another explains (leaky/story.py: it is told under that one) is not fixed
+    on its own terms: its own advice can contradict the cause (a higher rate for the weights a
+    vanishing gradient starves). The fixes of the finding it is told under are its fixes, and
+    its headline is measured under them, as under any fix of its own that another finding
+    proposes anyway; its other fixes are not tried.
+    """
+    parent = told_under(findings)
     merged: dict[tuple, Candidate] = {}
-    for finding in findings:
-        if finding.severity.value == "info" or finding.code not in REMEDIES:
-            continue
-        for candidate in REMEDIES[finding.code](finding, context):
+    own: dict[int, list[Candidate]] = {}
+
+    def own_fixes(finding: Finding) -> list[Candidate]:
+        if id(finding) not in own:
+            remedy_of = REMEDIES.get(finding.code)
+            own[id(finding)] = [_merge(merged, c, finding) for c in (remedy_of(finding, context) if remedy_of else [])]
+        return own[id(finding)]
+
+    def fixes_of(finding: Finding) -> list[Candidate]:
+        root = parent.get(id(finding))
+        if root is None:
+            return own_fixes(finding)
+        fixes = list(fixes_of(root))
+        remedy_of = REMEDIES.get(finding.code)
+        for candidate in remedy_of(finding, context) if remedy_of else []:
             known = merged.get(candidate.key)
-            if known is None:
-                merged[candidate.key] = candidate
-                continue
-            known.findings.append(finding)
-            for place, part, made in zip(candidate.places, candidate.parts, candidate.changes):
-                if place not in known.places:
-                    known.places.append(place)
-                    known.parts.append(part)
-                    known.changes.append(made)
+            if known is not None and known not in fixes:
+                fixes.append(known)
+        return fixes
+
+    serious = [f for f in findings if f.severity.value != "info"]
+    for finding in serious:
+        if id(finding) not in parent:
+            own_fixes(finding)
+    for finding in serious:
+        root = parent.get(id(finding))
+        if root is None:
+            continue
+        fixes = fixes_of(finding)
+        for candidate in fixes:
+            if not any(f is finding for f in candidate.findings):
+                candidate.findings.append(finding)
+        if not fixes:
+            why = context.why_not.get(id(root))
+            context.why_not[id(finding)] = (f"it follows from {root.code} {root.name}, which has no mechanical fix"
+                                            + (f" ({why})" if why else ""))
     return list(merged.values())
+
+
+def _merge(merged: dict[tuple, Candidate], candidate: Candidate, finding: Finding) -> Candidate:
+    """`candidate` as one experiment with any of the same key: places added to the known one."""
+    known = merged.get(candidate.key)
+    if known is None:
+        merged[candidate.key] = candidate
+        return candidate
+    if not any(f is finding for f in known.findings):
+        known.findings.append(finding)
+    for place, part, made in zip(candidate.places, candidate.parts, candidate.changes):
+        if place not in known.places:
+            known.places.append(place)
+            known.parts.append(part)
+            known.changes.append(made)
+    return known
 
 
 def without_remedy(findings: list[Finding], candidates: list[Candidate]) -> list[Finding]:
@@ -185,7 +238,7 @@ def dead_units(finding: Finding, context: Context) -> list[Candidate]:
         layer = feeding_layer(context.stats, finding)
         activation = ops.activation(finding.op)
         if layer is not None and activation is not None:
-            candidates.append(_reinit(layer, activation.family, finding, context))
+            candidates.append(reinit(layer, activation.family, finding, context))
     return candidates
 
 
@@ -199,7 +252,7 @@ def _leaky_relu(finding: Finding, context: Context) -> Candidate | None:
         site = context.construction.get(path)
 
         def change():
-            for where in _lines(finding, site):
+            for where in lines_of(finding, site):
                 made = edits.rewrite_call(where[0], where[1], {relu.module},
                                           lambda source, node: "nn.LeakyReLU(0.01)" if not node.args and not
                                           node.keywords else None)
@@ -241,7 +294,7 @@ def init_for(family: str | None) -> tuple[Callable, str]:
     return rt.xavier(init_of.gain), f"xavier_normal_(w, gain=nn.init.calculate_gain('{init_of.gain}'))"
 
 
-def _reinit(layer: str, family: str | None, finding: Finding, context: Context) -> Candidate:
+def reinit(layer: str, family: str | None, finding: Finding, context: Context) -> Candidate:
     """Re-initialise `layer` for the activation family that follows it (ops.init_for)."""
     init, text = init_for(family)
     weight, bias = _param(layer, "weight", context), _param(layer, "bias", context)
@@ -251,19 +304,11 @@ def _reinit(layer: str, family: str | None, finding: Finding, context: Context) 
                                             f"\ntorch.nn.init.zeros_({bias})")])
 
 
-@remedy("LK101")
-def saturated(finding: Finding, context: Context) -> list[Candidate]:
-    layer = feeding_layer(context.stats, finding)
-    activation = ops.activation(finding.op) if not finding.op.endswith("_") else None
-    family = activation.family if activation is not None and activation.max_derivative is not None else None
-    return [_reinit(layer, family, finding, context)] if layer is not None else []
-
-
 @remedy("LK302")
 def bad_initialization(finding: Finding, context: Context) -> list[Candidate]:
     if finding.module is None:
         return []
-    return [_reinit(finding.module, finding.evidence.get("next_nonlinearity"), finding, context)]
+    return [reinit(finding.module, finding.evidence.get("next_nonlinearity"), finding, context)]
 
 
 @remedy("LK303")
@@ -341,78 +386,14 @@ def update_ratio(finding: Finding, context: Context) -> list[Candidate]:
 
 @remedy("LK205")
 def diverging(finding: Finding, context: Context) -> list[Candidate]:
-    # NOTE: a loss that turns NaN because an op produced one (LK107) is not cured by a
-    # smaller step; that finding names the op to change.
-    if "LK107" in (finding.evidence.get("explained_by") or []):
-        return []
+    # NOTE: a loss that turns NaN because an op produced one (LK107) is told under it, and
+    # gets its fixes (`propose`), not a smaller step.
     return _lr(0.1, finding, context)
 
 
-# -- wiring ------------------------------------------------------------------------------
-@remedy("LK301")
-def loss_output_mismatch(finding: Finding, context: Context) -> list[Candidate]:
-    node = (finding.evidence.get("input_node") or "").rstrip("0123456789")
-    rule = ops.node_rule(node)
-    expects = finding.evidence.get("loss_expects")
-    if rule is None or rule.replacement != ops.IDENTITY or expects not in (ops.LOGITS, ops.LOG_PROBABILITIES):
-        return []
-    kind = context.module_types.get(finding.module or "")
-    module = ops.module_rule(kind)
-    if module is not None and module.replacement == ops.IDENTITY:
-        return _normaliser_module(finding, context, kind, module, expects)
-    if finding.source is None:
-        return []
-    file, line = finding.source.file, finding.source.line
-    names = set(rule.spellings)
-    instead = rule.extra.get("before_log_probabilities")
-    if expects == ops.LOGITS:
-        what, replace = f"remove the {node[:-len('Backward')].lower()} before the loss", rt.identity
-        rewrite = lambda source, node_: edits.operand(source, node_)   # noqa: E731
-    elif instead is not None:
-        what = f"{instead} in place of {rule.name} before the loss"
-        replace = lambda f, a, k: F.log_softmax(*a, **k)   # noqa: E731
-        rewrite = None
-    else:
-        return []
-
-    def change():
-        made = edits.rewrite_call(file, line, names, rewrite) if rewrite else edits.rewrite_call(
-            file, line, names, lambda source, node_: ast.get_source_segment(source, node_).replace(
-                rule.name, instead, 1))
-        return made or edits.snippet(what)
-    return [Candidate(("normaliser", file, line), what, [finding], [lambda: rt.OpAtLine(file, line, names, replace, what)],
-                      [short_place(finding.source)], [change], changes_loss=True)]
-
-
-def _lines(finding: Finding, site: tuple[str, int] | None) -> list[tuple[str, int]]:
+def lines_of(finding: Finding, site: tuple[str, int] | None) -> list[tuple[str, int]]:
     lines = [(finding.source.file, finding.source.line)] if finding.source is not None else []
     return lines + ([site] if site is not None else [])
-
-
-def _normaliser_module(finding: Finding, context: Context, kind: str, rule, expects: str) -> list[Candidate]:
-    """An nn.Softmax/nn.Sigmoid module before the loss: change that module's forward."""
-    path = finding.module
-    site = context.construction.get(path)
-    if expects == ops.LOGITS:
-        what, make, new = f"remove the {kind} module before the loss", (lambda module: lambda x: x), "nn.Identity()"
-    elif rule.extra.get("before_log_probabilities"):
-        what = f"Log{kind} in place of the {kind} module before the loss"
-        make = lambda module: lambda x: F.log_softmax(x, dim=module.dim)   # noqa: E731
-        new = None
-    else:
-        return []
-
-    def change():
-        # the line that builds the module: leaky's own finding line, else where it was assigned
-        for where in _lines(finding, site):
-            made = edits.rewrite_call(where[0], where[1], {kind}, lambda source, node: new if new else
-                                      ast.get_source_segment(source, node).replace(kind, "Log" + kind, 1))
-            if made is not None:
-                return made
-        return edits.snippet(f"{what}: {path}")
-    return [Candidate(("normaliser", path), what, [finding],
-                      [lambda: rt.ModuleEdit([path], rt.swap_forward_of(make), what)], [path], [change],
-                      changes_loss=True)]
 
 
 @remedy("LK201")
@@ -465,11 +446,3 @@ def accumulation(finding: Finding, context: Context) -> list[Candidate]:
     return [Candidate(("zero-grad",), "zero the gradients every step", [finding], [rt.zero_grad_after_step], [],
                       [lambda: (edits.insert_line(site[0], site[1], f"{opt}.zero_grad()", after=False) if site
                                 else None) or edits.snippet(f"{opt}.zero_grad()   # before loss.backward()")])]
-
-
-@remedy("LK304")
-def precision(finding: Finding, context: Context) -> list[Candidate]:
-    return [Candidate(("loss-scaling",), "dynamic loss scaling (what torch.amp.GradScaler does)", [finding],
-                      [rt.LossScaling], [], [lambda: edits.snippet(
-                          "scaler = torch.amp.GradScaler()\n...\nscaler.scale(loss).backward()\n"
-                          "scaler.step(optimizer)\nscaler.update()")])]

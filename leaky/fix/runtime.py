@@ -267,6 +267,26 @@ def scaled_lr(factor: float) -> OptimizerEdit:
     return OptimizerEdit(f"learning rate × {factor:g}", before, after)
 
 
+def scaled_update(find: Callable[[], list[nn.Parameter]], factor: float, what: str) -> OptimizerEdit:
+    """The step's update of the parameters `find()` returns, × factor: w ← w₀ + factor·(w − w₀).
+
+    NOTE: for a step linear in lr (SGD with or without momentum, Adam, AdamW, RMSprop,
+    Adagrad: their buffers never read lr) that is exactly these parameters' lr × factor,
+    without splitting a param group (which a scheduler built on the groups would not expect).
+    """
+    saved: dict[int, list[tuple[nn.Parameter, torch.Tensor]]] = {}
+
+    def before(optimizer):
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        saved[id(optimizer)] = [(p, p.detach().clone()) for p in find() if id(p) in held]
+
+    def after(optimizer):
+        with torch.no_grad():
+            for param, old in saved.pop(id(optimizer), []):
+                param.copy_(torch.lerp(old, param, factor))
+    return OptimizerEdit(what, before, after)
+
+
 def clip_grad_norm(max_norm: float) -> OptimizerEdit:
     def before(optimizer):
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]

@@ -26,7 +26,7 @@ from typing import Callable
 
 from leaky.finding import Finding
 from leaky.fix import measure as measures
-from leaky.fix import metrics, vanishing, verdict  # noqa: F401  (vanishing: LK103's remedies register)
+from leaky.fix import metrics, precision, saturation, vanishing, verdict, wiring  # noqa: F401  (remedies register)
 from leaky.fix.change import Change
 from leaky.fix.remedies import Candidate, Context, propose, without_remedy
 from leaky.fix.runtime import Fix
@@ -65,6 +65,7 @@ class FixResult:
     difference: str | None = None          # where two identical runs differed
     outcomes: list[Outcome] = field(default_factory=list)
     unfixable: list[Finding] = field(default_factory=list)
+    why_not: dict[int, str] = field(default_factory=dict)   # id(finding) -> why it has no mechanical fix
     seconds: float = 0.0
     measure: measures.Measure = measures.OWN_LOSS   # what every verdict compares
     reference: Trial | None = None         # the unfixed run scored by `measure` (the baseline, or run 2)
@@ -89,7 +90,8 @@ class FixResult:
             "measure": self.measure.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "fixes": [_outcome_dict(o) for o in self.outcomes],
-            "without_fix": [{"code": f.code, "name": f.name, "where": f.where} for f in self.unfixable],
+            "without_fix": [{"code": f.code, "name": f.name, "where": f.where, "why": self.why_not.get(id(f))}
+                            for f in self.unfixable],
             "seconds": self.seconds,
         }
 
@@ -154,6 +156,7 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
     context = context_of(base)
     candidates = propose(base.report.findings, context)
     result.unfixable = without_remedy(base.report.findings, candidates)
+    result.why_not = context.why_not
     if not candidates:
         result.seconds = time.perf_counter() - start
         return result

@@ -70,7 +70,8 @@ def notes(data: dict) -> list[Text]:
         if fix["note"]:
             lines.append(Text(f"{fix['fix']}: {fix['note']}.", style="dim"))
     for item in data["without_fix"]:
-        lines.append(Text(f"{item['code']} {item['name']} at {item['where']}: no mechanical fix to try; see "
+        why = f" ({item['why']})" if item.get("why") else ""
+        lines.append(Text(f"{item['code']} {item['name']} at {item['where']}: no mechanical fix to try{why}; see "
                           f"`leaky explain {item['code']}`.", style="dim"))
     return lines
 
