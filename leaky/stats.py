@@ -368,6 +368,9 @@ class AuditStats:
     coupled_optimizers: frozenset = frozenset()
     # steps whose loss was the first after weights outside every optimizer changed (a synced target network)
     target_syncs: tuple[int, ...] = ()
+    # weights outside every optimizer held exactly a trained weight's values (a target network or an
+    # EMA teacher copied from the model): its targets will move, though no sync was seen yet
+    target_copied: bool = False
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
     batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed

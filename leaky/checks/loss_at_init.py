@@ -32,8 +32,10 @@ from leaky.stats import AuditStats, LossStats
 @register("LK307", "loss-at-init", "the first loss is far above what a neutral output layer would score")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     # NOTE: against a moving target (a bootstrapped TD target) or a rival (a GAN), the first
-    # loss says nothing about the output layer: both ends move.
-    if stats.target_syncs or stats.coupled_optimizers:
+    # loss says nothing about the output layer: both ends move. A target network is known by
+    # its first sync, or from the first step as a copy of the trained model's weights (a
+    # watch's first check pass, or a short audit, comes before any sync).
+    if stats.target_syncs or stats.target_copied or stats.coupled_optimizers:
         return []
     findings = []
     for loss in stats.losses_seen:

@@ -77,6 +77,7 @@ class Assembly:
             unstepped_optimizers=unstepped_optimizers(self.origins, rec.optimizers, orphans) if orphans else (),
             casts=cast_stats_of(self.origins), idle_source=_source(rec._idle_at() if idle else None),
             coupled_optimizers=frozenset(rec.coupling.pairs), target_syncs=tuple(rec.moving.syncs),
+            target_copied=rec.moving.copied,
             compiled_modules=frozenset(name(key) for key in rec.compiled.module_keys),
             module_table=module_table(ops, activations, params, recurrences, types),
             batch_mixing=tuple(self._batch_mixing(rec.batch.records)))

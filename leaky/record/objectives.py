@@ -13,7 +13,10 @@ off the curve itself:
   target network synced from the trained one (`load_state_dict`, `.data.copy_`), an EMA
   teacher. Writes through `.data` leave no trace in the version counter, so each step
   takes one sum of the first elements of such a weight, on the device, copied to the host
-  with the loss series in batches.
+  with the loss series in batches. Before any sync, the first step already shows one
+  structurally: such a weight that holds exactly the values of a trained one is a copy of
+  the trained model (`target.load_state_dict(model.state_dict())`, `copy.deepcopy(model)`),
+  made to give the targets (`copied`).
 """
 from __future__ import annotations
 
@@ -63,6 +66,13 @@ class MovingWeights:
         self._params: list[Tensor] = []
         self._pending: list[tuple[int, int, Tensor]] = []
         self._last: tuple[int, list[float]] | None = None
+        self.copied = False              # an untrained weight held a trained weight's values
+
+    def before_first_update(self, modules, trained: dict) -> None:
+        """At an optimizer's first step, before it changes anything: whether an untrained
+        weight is a copy of a trained one (`copied`)."""
+        if not self.copied and trained:
+            self.copied = _copies_trained(_untrained(modules, trained), trained)
 
     def at_step_end(self, step: int, modules, trained: dict) -> None:
         """Queue this step's fingerprint of the untrained weights (no host sync)."""
@@ -106,3 +116,24 @@ def _untrained(modules, trained: dict) -> list[Tensor]:
                 and param.numel() and not param.is_meta and not param.is_sparse and type(param).__name__ == "Parameter"):
             picked.append(param)
     return [p for picked in per_root.values() for p in picked]
+
+
+def _copies_trained(untrained: list[Tensor], trained: dict) -> bool:
+    """Whether one of the untrained weights holds exactly the values of a trained weight: a
+    target network or an EMA teacher copied from the model (a frozen backbone or teacher of
+    its own holds other values). Read-only, once per optimizer.
+
+    NOTE: a constant weight (a zero bias, a LayerNorm's ones) equals any other like it, and
+    says nothing: it is left out."""
+    peers: dict[tuple, list[Tensor]] = {}
+    for param in trained.values():
+        peers.setdefault((tuple(param.shape), param.dtype, param.device), []).append(param)
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        for weight in untrained:
+            same = peers.get((tuple(weight.shape), weight.dtype, weight.device))
+            flat = weight.detach().reshape(-1)
+            if not same or flat.numel() < 2 or bool((flat == flat[0]).all()):
+                continue
+            if any(torch.equal(weight.detach(), other.detach()) for other in same):
+                return True
+    return False

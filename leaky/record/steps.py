@@ -146,6 +146,7 @@ class StepTracking:
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
             self.params.note_optimizer(optimizer, len(self.optimizers) - 1)
+            self.guarded(self.moving.before_first_update, self.modules, self.params.opt_params)
         self.guarded(self._note_step_origin, optimizer, self.observing)
         self.saw_optimizer = True
         self.last_optimizer = optimizer
