@@ -19,6 +19,7 @@ store is optional in Python and the default on the command line.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -87,6 +88,7 @@ class Watch(Audit):
         self.run_id: int | None = None
         self.seen: dict[tuple, Finding] = {}        # each finding as the last pass saw it
         self.announced: dict[tuple, Finding] = {}   # each as announced, at its most severe
+        self.announced_at: dict[tuple, int] = {}    # the step of the pass that announced it so
         self._folded = 0
         self._checked_at: int | None = None    # step of the last check pass
 
@@ -105,6 +107,7 @@ class Watch(Audit):
     def __exit__(self, exc_type, exc, tb) -> bool:
         super().__exit__(exc_type, exc, tb)
         self._announce(self.report.findings, self._last_step())
+        self._report = dataclasses.replace(self.report, unconfirmed=tuple(self._unconfirmed_rows()))
         for sink in self.sinks:
             sink.close()
         if self.store is not None:
@@ -167,6 +170,7 @@ class Watch(Audit):
             before = self.announced.get(key)
             if before is None or finding.severity.rank > before.severity.rank:
                 self.announced[key] = finding
+                self.announced_at[key] = step
                 new.append(finding)
                 if self.on_finding is not None:
                     self.on_finding(finding, step)
@@ -181,6 +185,21 @@ class Watch(Audit):
         final = {_key(f): f for f in self.report.findings}
         return [(f, final.get(key)) for key, f in self.announced.items()
                 if key not in final or final[key].severity.rank < f.severity.rank]
+
+    def _unconfirmed_rows(self) -> list[dict]:
+        """The JSON report's `unconfirmed`: what `leaky watch` announced live (warnings and
+        errors, report/announce.py) that the end no longer reports, or reports as less severe."""
+        from leaky.report.announce import announced
+
+        rows = []
+        for said, now in self.unconfirmed:
+            if announced(said):
+                rows.append({"code": said.code, "name": said.name, "module": said.module, "op": said.op,
+                             "source": None if said.source is None else {"file": said.source.file,
+                                                                          "line": said.source.line},
+                             "announced_as": said.severity.value, "announced_at_step": self.announced_at.get(_key(said)),
+                             "reported_as": None if now is None else now.severity.value, "message": said.message})
+        return rows
 
 
 def _finite(value):

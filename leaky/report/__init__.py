@@ -44,6 +44,7 @@ class Report:
     activations: tuple[dict, ...] = ()
     series: tuple[dict, ...] = ()
     batch_probes: tuple[dict, ...] = ()   # LK306: per root model probed, what the probe saw
+    unconfirmed: tuple[dict, ...] = ()    # watch: findings announced live that the end no longer reports
 
     @property
     def errors(self) -> list[Finding]:
@@ -79,6 +80,7 @@ class Report:
             "activations": list(self.activations),
             "series": list(self.series),
             "batch_probes": list(self.batch_probes),
+            "unconfirmed": list(self.unconfirmed),
         })
 
     def to_json(self, indent: int | None = 2) -> str:

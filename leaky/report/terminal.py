@@ -1,4 +1,4 @@
-"""Terminal view: findings (most severe first), then the gradient-flow table.
+"""Terminal view: the findings as stories (leaky/story.py), then the gradient-flow table.
 
 Built from rich renderables so tests can render at a fixed width. User-provided text
 (module names, file paths, messages) is wrapped in `Text`, never parsed as markup.
@@ -211,15 +211,40 @@ class FlowTable:
 
 
 def summary_line(report) -> Text:
+    """What was observed, and the findings told as stories (leaky/story.py): the root causes by
+    severity and how many findings they explain ("1 root cause (error) explaining 7 more");
+    with nothing explained, the counts per severity ("2 errors  1 warning")."""
     run = report.run
-    counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     text = Text(f"leaky: {run.get('steps', 0)} steps observed, {run.get('backward_calls', 0)} backward calls. ")
     if not report.findings:
-        text.append("No leaks found.", style="green")
+        return text.append("No leaks found.", style="green")
+    told = stories(list(report.findings))
+    explained = sum(len(rest) for _, rest in told)
+    if not explained:
+        return _append(text, _tally(list(report.findings)), "  ")
+    causes = [root for root, rest in told if rest or root.severity is not Severity.INFO]
+    text.append(f"{len(causes)} root cause{'s' if len(causes) != 1 else ''} (")
+    _append(text, _tally(causes, numbered=len(causes) != 1), ", ")
+    text.append(f") explaining {explained} more")
+    alone = [root for root, rest in told if not rest and root.severity is Severity.INFO]
+    return _append(text.append("  "), _tally(alone), "  ") if alone else text
+
+
+def _tally(findings: list[Finding], numbered: bool = True) -> list[tuple[str, str]]:
+    """("2 errors", style), ("1 warning", style)...; one finding's severity alone ("error")
+    when not `numbered`."""
+    parts = []
     for severity in Severity:
-        if counts[severity]:
-            text.append(f"{counts[severity]} {severity.value}{'s' if counts[severity] != 1 else ''}  ",
-                        style=SEVERITY_STYLE[severity.value])
+        n = sum(1 for f in findings if f.severity is severity)
+        if n:
+            word = f"{severity.value}{'s' if n != 1 else ''}"
+            parts.append((f"{n} {word}" if numbered else word, SEVERITY_STYLE[severity.value]))
+    return parts
+
+
+def _append(text: Text, parts: list[tuple[str, str]], between: str) -> Text:
+    for i, (part, style) in enumerate(parts):
+        text.append(between if i else "").append(part, style=style)
     return text
 
 
