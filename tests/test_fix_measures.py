@@ -220,3 +220,39 @@ def test_the_deep_vanishing_example_gets_the_init_of_its_tanh_and_a_relu(capsys,
 def test_a_healthy_deep_network_gets_no_lk103_fix():
     result = fixes_for("deep-kaiming-batchnorm")
     assert result.outcomes == [] and result.unfixable == []
+
+
+CLAMPED_PROBABILITY = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(1)
+model = nn.Linear(16, 1)
+with torch.no_grad():
+    model.weight.mul_(4)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+w = torch.randn(16, generator=gen)
+for step in range(200):
+    x = torch.randn(64, 16, generator=gen)
+    y = (x @ w > 0).float()[:, None]
+    loss = F.binary_cross_entropy(torch.clamp(model(x), 0, 1), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_clamp_into_probabilities_is_scored_on_the_programs_own_loss(tmp_path):
+    """clamp(p, 0, 1) before binary_cross_entropy: passed through, the held-out scoring fed
+    values outside [0, 1] to the loss, which raised, and every run was 'not judged' with 'the
+    program cannot be re-run'. The loss takes probabilities, so its own loss is the measure
+    (a sample clamped on the wrong side scores -log(eps)): every run is judged."""
+    script = tmp_path / "train.py"
+    script.write_text(CLAMPED_PROBABILITY)
+    out = tmp_path / "fixes.json"
+    assert main(["fix", "--steps", "60", "--holdout", "10", "--repeats", "1", "--json", str(out), str(script)]) == 0
+    data = json.loads(out.read_text())
+    assert data["measure"]["own_loss"] is True
+    assert data["fixes"] and all(f["verdict"] in ("helps", "no effect", "hurts") for f in data["fixes"])

@@ -61,7 +61,7 @@ def choose(findings: list[Finding], context: Context) -> Measure:
     parts, places, names = [], [], []
     for finding in findings:
         if finding.code != DEAD_ZONE or finding.severity.value == "info" or \
-                finding.evidence.get("role") != LOSS_ROLE:
+                finding.evidence.get("role") != LOSS_ROLE or _into_probabilities(finding):
             continue
         made = _pass_through(finding, context)
         if made is not None and made[1] not in places:
@@ -77,6 +77,15 @@ def choose(findings: list[Finding], context: Context) -> Measure:
            f"(for a squared clamped error, the mean square of the unclamped error), which neither the zeroed "
            "gradient nor a fix that keeps the clamped value changes by construction")
     return Measure(f"loss without {ops_named}", how, tuple(places), tuple(parts))
+
+
+def _into_probabilities(finding: Finding) -> bool:
+    """A clamp into [0, 1] (or within it) before the loss: the loss takes probabilities
+    (binary_cross_entropy raises outside [0, 1]), so the op cannot be passed through. Its own
+    loss shows a fix there: a sample clamped on the wrong side scores -log(eps), and one
+    brought back inside scores less."""
+    low, high = finding.evidence.get("low"), finding.evidence.get("high")
+    return isinstance(low, (int, float)) and isinstance(high, (int, float)) and 0 <= low and high <= 1
 
 
 def _pass_through(finding: Finding, context: Context) -> tuple[Callable[[], object], str] | None:
