@@ -37,6 +37,11 @@ class OptimizerRule:
     # |Δw_i| is about lr per element whatever the gradient's scale (Adam's m̂/√v̂ is ~±1 when
     # the gradient keeps its sign; RMSprop's g/√E[g²] too): lr alone sets the step size.
     per_element_lr: bool = False
+    # its first update is lr × sign(g) per element whatever the gradient (bias-corrected
+    # m̂ / √v̂ = g / |g| at t = 1; RMSprop's g / √((1 - α) g²) is 10× that at α = 0.99), so the
+    # first step's ||Δw||/||w|| is lr / rms(w) by construction: the rate against the init's
+    # scale, not a blow-up. RAdam's first steps are unrectified, lr × m̂: not this.
+    sign_first_step: bool = False
 
     @property
     def banded(self) -> bool:
@@ -54,13 +59,14 @@ def register(rule: OptimizerRule) -> OptimizerRule:
 
 _FIRST_ORDER = "Δw = -lr × a statistic of the gradient"
 _PER_ELEMENT = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "SparseAdam")
+_SIGN_FIRST = ("Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "SparseAdam", "Adagrad")
 for _kind, _update in (("SGD", "Δw = -lr × (g + momentum × buffer)"), ("Adam", "Δw = -lr × m̂ / (√v̂ + eps)"),
                        ("AdamW", "Δw = -lr × (m̂ / (√v̂ + eps) + weight_decay × w)"),
                        ("Adamax", "Δw = -lr × m̂ / max|g|"), ("NAdam", "Δw = -lr × (Nesterov m̂) / (√v̂ + eps)"),
                        ("RAdam", "Δw = -lr × r_t × m̂ / (√v̂ + eps)"), ("RMSprop", "Δw = -lr × g / √(E[g²] + eps)"),
                        ("Adagrad", "Δw = -lr × g / √(Σg² + eps)"), ("Adadelta", _FIRST_ORDER), ("ASGD", _FIRST_ORDER),
                        ("SparseAdam", "Δw = -lr × m̂ / (√v̂ + eps), on the rows a step touched")):
-    register(OptimizerRule(_kind, _update, per_element_lr=_kind in _PER_ELEMENT))
+    register(OptimizerRule(_kind, _update, per_element_lr=_kind in _PER_ELEMENT, sign_first_step=_kind in _SIGN_FIRST))
 register(OptimizerRule("LBFGS", "up to max_iter quasi-Newton iterations per step(closure)",
                        one_gradient_step=False))
 register(OptimizerRule("Rprop", "a per-element step size that grows or shrinks by the gradient's sign, within "

@@ -151,7 +151,10 @@ class Watch(Audit):
                 {"module": row["module"], "grad_norm": row["grad_norm"], "gain": row["gain"],
                  "dead_share": row["dead_share"], "saturated_share": row["saturated_share"],
                  "update_ratio": row["update_ratio"]} for row in module_rows(stats)])
-        new = self._announce(findings, step)
+        # NOTE: a provisional finding (its verdict waits on steps still to come: whether the
+        # loss falls, judged on loss_min_steps losses) is neither announced nor stored by a pass
+        # in the middle of the run; the last pass, the report's, judges it on the whole run.
+        new = self._announce([f for f in findings if not f.evidence.get("provisional")], step)
         for sink in self.sinks:
             sink.write(step, stats, findings, new)
         if self.fail_fast and any(f.severity is Severity.ERROR for f in new):

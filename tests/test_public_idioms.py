@@ -11,6 +11,7 @@ from torch import nn
 import leaky
 from leaky.cli import main
 from leaky.fix.metrics import measure
+from leaky.watch import Watch
 
 
 class ThreeReluNet(nn.Module):
@@ -95,3 +96,70 @@ def test_units_dead_from_the_start_do_not_blame_the_learning_rate(tmp_path):
         assert finding.get("cause") is None, finding["cause"]
         assert "never fired on any observed sample" in finding["message"]
         assert not finding["fix"].startswith("Lower the learning rate")
+
+
+def _goodness_layer(n_in: int, n_out: int, lr: float):
+    """A forward-forward layer: its own Adam, a goodness loss on positive and negative data."""
+    layer = nn.Linear(n_in, n_out)
+    opt = torch.optim.Adam(layer.parameters(), lr=lr)
+
+    def step(pos, neg):
+        unit = lambda v: F.relu(layer(v / (v.norm(dim=1, keepdim=True) + 1e-4)))  # noqa: E731
+        good = torch.cat([2.0 - unit(pos).pow(2).mean(1), unit(neg).pow(2).mean(1) - 2.0])
+        loss = F.softplus(good).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return layer, step
+
+
+def _overlaid_digits(n: int = 1000, d: int = 784):
+    """Non-negative pixel-like inputs with the label written into the first 10 of them, and
+    the same inputs with a wrong label (forward-forward's positive and negative data)."""
+    templates = (torch.rand(10, d) > 0.7).float()
+    y = torch.randint(0, 10, (n,))
+    x = (templates[y] + 0.3 * torch.randn(n, d)).clamp(min=0)
+
+    def overlay(labels):
+        out = x.clone()
+        out[:, :10] = 0
+        out[torch.arange(n), labels] = x.max()
+        return out
+    return overlay(y), overlay((y + 1 + torch.randint(0, 9, y.shape)) % 10)
+
+
+def test_an_adam_first_step_larger_than_the_weight_is_information():
+    """Adam's first update is lr x sign(g) per element whatever the gradient: on a 784-input
+    layer at lr 0.03 it is 1.2x the weight, every later step is in the band (median 0.08) and
+    the loss falls after it (1.127 -> 1.044). By step 20 the full-batch loss has levelled off
+    (0.70-0.77), which the still-falling rule cannot tell from a rate too high; raw torch says
+    the rate is right: the mean of the last 5 of 20 losses is 0.711 at lr 0.03, 0.704 at 0.01
+    and 0.862 at 0.003 (the 'lower it x0.1' advice). Info, with no learning rate to change."""
+    torch.manual_seed(0)
+    pos, neg = _overlaid_digits()
+    layer, step = _goodness_layer(784, 500, 0.03)
+    with leaky.audit(steps=20) as audit:
+        for _ in range(20):
+            step(pos, neg)
+    (high,) = [f for f in audit.report.findings if f.code == "LK202"]
+    assert high.severity.value == "info" and high.evidence["first_step_only"], high.message
+    assert high.cause is None and not high.fix.startswith("Lower")
+    assert "only the first update, which Adam makes lr × sign(g) per element" in high.message
+
+
+def test_a_watch_announces_no_update_ratio_before_the_loss_can_be_judged():
+    """At a watch's pass on step 10 a weight has two sampled ratios (0.50 at Adam's first step,
+    then ~0.08): a median of 0.29, above the band, while the loss has fallen 1.09 -> 0.085 in
+    11 steps: too few losses to judge a trend on (loss_min_steps). Such a finding is provisional
+    and is not announced; by the end the median is 0.02 and there is nothing to report."""
+    torch.manual_seed(0)
+    layer, step = _goodness_layer(100, 200, 0.03)
+    pos, neg = torch.rand(512, 100), torch.rand(512, 100)
+    pos[:, :10] += 1.0
+    said = []
+    run = Watch(every=10, on_finding=lambda finding, at: said.append((at, finding.code, finding.severity.value)))
+    with run:
+        for _ in range(40):
+            step(pos, neg)
+    assert [s for s in said if s[1] == "LK202"] == []
+    assert [f for f in run.report.findings if f.code == "LK202" and f.severity.value != "info"] == []

@@ -49,7 +49,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         optimizer = optimizer_of(stats, param)
         if optimizer is not None and not rule_of(optimizer).banded:
             continue
-        severity = _high_severity(param, config)
+        severity = _high_severity(param, config, stats)
         if severity is not None:
             findings.append(_high(param, severity, config, stats))
         elif (measure := _slow(param, config, stats)) is not None:
@@ -63,16 +63,54 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     return findings
 
 
-def _high_severity(param: ParamStats, config: AuditConfig):
+def _high_severity(param: ParamStats, config: AuditConfig, stats: AuditStats):
     """Error when the update outgrew the weight itself on `update_error_overshoots` (two) or
     more steps (a blow-up is often over in a few steps, which a median would hide); warning
-    when it did on fewer, or when the typical step is above the band."""
-    overshoots = sum(1 for _, ratio in param.update_ratios if ratio > config.update_high_error)
+    when it did on fewer, or when the typical step is above the band. An Adam-family first
+    update is lr × sign(g) per element by construction (leaky/optimizers.py): outgrowing the
+    weight there, when the loss after it was no higher than before it, says only that the rate
+    is large against the init's scale, an info; a blow-up shows on the steps after it."""
+    first = _sign_first_step(param, stats)
+    overshoots = sum(1 for step, ratio in param.update_ratios if ratio > config.update_high_error and step != first)
     if overshoots >= config.update_error_overshoots:
         return Severity.ERROR
     if overshoots:
         return Severity.WARNING
-    return severity_above(param.update_ratio, config.update_high_warning, math.inf)
+    typical = severity_above(param.update_ratio, config.update_high_warning, math.inf)
+    if typical is None and first is not None and param.update_ratios[0][1] > config.update_high_error:
+        return Severity.INFO
+    return typical
+
+
+def _sign_first_step(param: ParamStats, stats: AuditStats) -> int | None:
+    """The step of this weight's first observed update, when it is its optimizer's first step,
+    the optimizer's rule makes that step lr × sign(g) per element, and the loss after it was
+    no higher than the loss before it (the step did no harm that the run shows); else None."""
+    optimizer = optimizer_of(stats, param)
+    if optimizer is None or not rule_of(optimizer).sign_first_step or not param.update_ratios:
+        return None
+    rows = [row for row in stats.series if row.optimizer == optimizer.index][:2]
+    step = param.update_ratios[0][0]
+    if len(rows) < 2 or rows[0].step != step or rows[0].loss is None or rows[1].loss is None:
+        return None
+    # NOTE: a step's loss is computed before its update: the next row's is the loss after it
+    return step if rows[1].loss <= rows[0].loss else None
+
+
+def _first_step_only(param: ParamStats, message: str, source, origin: str, config: AuditConfig,
+                     stats: AuditStats) -> Finding:
+    """Info: only the optimizer's first update, lr × sign(g) per element, outgrew the weight."""
+    optimizer = optimizer_of(stats, param)
+    later = [ratio for _, ratio in param.update_ratios[1:]]
+    message += (f": only the first update, which {optimizer.kind} makes lr × sign(g) per element whatever the "
+                f"gradient, so that its size is set by the learning rate against the weight's initial scale; the "
+                f"{len(later)} sampled steps after it changed {param.name} by at most {num(max(later, default=0.0))}× "
+                f"its norm.")
+    fix = ("Nothing to change while the loss falls; if the first steps upset training, warm the learning rate up "
+           "over them, or initialise the weight at a larger scale.")
+    return Finding("update-ratio", "LK202", Severity.INFO, message + origin, fix, param.module, None, source,
+                   param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high",
+                                                "first_step_only": True}, None)
 
 
 def _band(config: AuditConfig) -> str:
@@ -91,6 +129,9 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
     collapse = _collapse_clause(stats, param.optimizer, config, falling)
     if collapse:
         falling = ""    # NOTE: −log p(a)·A falls toward 0 as p(a) → 1 whether the return improves or not
+    undecided = "" if falling else _too_few_losses(stats, param.optimizer, config)
+    if severity is Severity.INFO and not falling:
+        return _first_step_only(param, message, source, origin, config, stats)
     if falling:
         # NOTE: advice must agree with the loss: a rate that still lowers it is not too high.
         message += f": a high learning rate for this layer, yet {falling} so it trains."
@@ -103,6 +144,7 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
                "a warmup schedule helps when the ratio is high only at the start.")
     return Finding("update-ratio", "LK202", severity, message + origin, fix, param.module, None, source,
                    param.update_ratios[-1][0], {**_evidence(param, config), "direction": "high",
+                                                **({"provisional": undecided} if undecided else {}),
                                                 "loss_still_falling": bool(falling), "collapsed_output": bool(collapse)},
                    None if falling else lr_cause(stats, param, "high", config))
 
@@ -149,11 +191,12 @@ def _too_slow(slow: list[tuple[ParamStats, dict]], config: AuditConfig, stats: A
                f"{_count(measure['steps_to_change_at_bound'])} even if every step moved it the most the rule allows: "
                f"the learning rate is too small for it to train.{others}")
     severity, falls = _falling(stats, param.optimizer, config)
+    undecided = "" if severity is Severity.INFO else _too_few_losses(stats, param.optimizer, config)
     source, origin = lr_origin(stats, param, "low", config)
     fix = (f"Raise the learning rate: with {optimizer.kind}, lr ≈ 1e-3 × rms(w) (here ~{num(1e-3 * measure['weight_rms'])}) "
            "moves a weight by ~1e-3× its norm per step; 1e-4 to 1e-3 is usual from scratch, 1e-5 for fine-tuning.")
     evidence = {**_evidence(param, config), "direction": "low", "rule": "lr bound", **measure,
-                "slow_parameters": [p.name for p, _ in slow]}
+                "slow_parameters": [p.name for p, _ in slow], **({"provisional": undecided} if undecided else {})}
     return Finding("update-ratio", "LK202", severity, message + origin + falls, fix, param.module, None, source,
                    param.update_ratios[-1][0], evidence, lr_cause(stats, param, "low", config))
 
@@ -210,6 +253,17 @@ def _evidence(param: ParamStats, config: AuditConfig) -> dict:
     return {"parameter": param.name, "median_ratio": param.update_ratio, "max_ratio": param.update_ratio_max,
             "band": [config.update_low, config.update_high_warning], "sampled_steps": len(param.update_ratios),
             "ratios": [{"step": s, "ratio": r} for s, r in param.update_ratios[-16:]]}
+
+
+def _too_few_losses(stats: AuditStats, index: int | None, config: AuditConfig) -> str:
+    """Why the verdict is provisional, when this optimizer's own loss series is still too short
+    (fewer than `loss_min_steps`) to tell whether the loss falls: a watch's pass early in the
+    run, which must not announce a warning that the losses still to come would withdraw."""
+    objective = next((o for o in objectives(stats, config) if o.optimizer == index), None)
+    if objective is None or len(objective.rows) >= config.loss_min_steps:
+        return ""
+    return (f"whether the loss falls is judged on {config.loss_min_steps} or more losses; "
+            f"{len(objective.rows)} seen so far")
 
 
 def _still_falling(stats: AuditStats, index: int | None, config: AuditConfig) -> str:
