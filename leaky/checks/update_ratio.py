@@ -4,8 +4,11 @@ The ratio of the update to the weight says how fast a layer changes: about 1e-3 
 is the classic rule of thumb (Karpathy, CS231n). Far above it, each step rewrites a good
 part of the weight: the learning rate is too high for that layer. At 1 or more the update
 is larger than the weight itself. Far below it on every sampled step, the layer is
-effectively frozen: the learning rate is too low, or its gradients vanish. Only weights
-(2 or more dims) are judged: biases often start at 0, where the ratio means nothing.
+effectively frozen: the learning rate is too low, or its gradients vanish. Only weight
+matrices and kernels (two or more dims larger than 1) are judged: biases, and vectors kept
+as rows (a Gaussian policy's (1, D) log-std, a (1, C, 1, 1) bias), often start at 0 and then
+hold only what their updates made them, so that ||Δw||/||w|| does not depend on the rate
+(scale lr and both scale); a single number's ratio is unbounded where it crosses 0.
 The finding points at the line that set the rate: the optimizer's construction, or the
 scheduler that moved the rate there.
 
@@ -44,7 +47,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     slow: dict[tuple, list[tuple[ParamStats, dict]]] = {}
     decayed: dict[tuple, list[tuple[ParamStats, dict]]] = {}
     for param in stats.params:
-        if len(param.shape) < 2 or param.update_ratio is None or len(param.update_ratios) < config.update_min_steps:
+        if not _matrix(param.shape) or param.update_ratio is None or len(param.update_ratios) < config.update_min_steps:
             continue
         optimizer = optimizer_of(stats, param)
         if optimizer is not None and not rule_of(optimizer).banded:
@@ -61,6 +64,11 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings.extend(_too_slow(group, config, stats) for group in slow.values())
     findings.extend(_decayed(group, config, stats) for group in decayed.values())
     return findings
+
+
+def _matrix(shape: tuple[int, ...]) -> bool:
+    """A weight matrix or kernel: two or more dims larger than 1 ((1, D) is a vector)."""
+    return sum(1 for size in shape if size > 1) >= 2
 
 
 def _high_severity(param: ParamStats, config: AuditConfig, stats: AuditStats):
