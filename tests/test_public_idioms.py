@@ -163,3 +163,55 @@ def test_a_watch_announces_no_update_ratio_before_the_loss_can_be_judged():
             step(pos, neg)
     assert [s for s in said if s[1] == "LK202"] == []
     assert [f for f in run.report.findings if f.code == "LK202" and f.severity.value != "info"] == []
+
+
+def test_fix_measures_no_dead_units_of_another_line_once_the_relu_is_replaced():
+    """Under `leaky fix`, LeakyReLU in place of the finding's relu leaves no relu at its line:
+    the measure is then the finding itself (gone), not the dead units of another relu of the
+    same module (fc1's 73/128 were shown as '73/128 -> 91/128' in pytorch/examples mnist)."""
+    torch.manual_seed(0)
+    model = ThreeReluNet()
+    with torch.no_grad():
+        model.c.bias.fill_(-20.0)
+        model.a.bias.fill_(-20.0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+
+    def run(replace: bool):
+        with leaky.audit(steps=4) as audit:
+            for _ in range(4):
+                x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+                h = F.relu(model.a(x))
+                h = F.relu(model.b(h))
+                h = F.leaky_relu(model.c(h), 0.01) if replace else F.relu(model.c(h))  # the third relu
+                loss = F.cross_entropy(model.out(h), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return audit
+    before = run(False)
+    third = [f for f in before.report.findings if f.code == "LK102" and f.evidence["units"] == 24]
+    assert third
+    after = run(True)
+    assert measure(third[0], after.stats, after.report.findings) == ("finding", "gone")
+
+
+def test_a_hand_written_update_loop_gets_its_first_step_gradients_seen():
+    """No optimizer: the script zeroes the gradients, runs backward and moves each parameter
+    by hand (p.data.add_(p.grad, alpha=-lr), word_language_model's default). The first step
+    ends when its backward returns, while .grad holds what it computed: a watch's first pass
+    reported every parameter as 'received no gradient in any of the 1 observed steps'."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    x = torch.randn(256, 16)
+    y = x[:, :4].argmax(1)
+    said = []
+    run = Watch(every=10, on_finding=lambda finding, at: said.append((at, finding.code, finding.severity.value)))
+    with run:
+        for _ in range(25):
+            rows = torch.randint(0, 256, (32,))
+            model.zero_grad()
+            loss = F.cross_entropy(model(x[rows]), y[rows])
+            loss.backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.5)
+    assert said == [] and run.report.findings == ()

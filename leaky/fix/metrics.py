@@ -28,11 +28,14 @@ def metric(code: str, label: str):
 
 def _activation(finding: Finding, stats: AuditStats):
     """The finding's activation site: its module, op and line (a module may run the same op
-    at several lines, `F.relu` after each layer of a forward), else its module and op."""
-    line = None if finding.source is None else (finding.source.file, finding.source.line)
-    same = [a for a in stats.activations if a.module == finding.module and a.op == finding.op]
-    at_line = [a for a in same if a.source is not None and (a.source.file, a.source.line) == line]
-    return next(iter(at_line + same), None) or \
+    at several lines, `F.relu` after each layer of a forward). None when a fix replaced the
+    op at that line (a LeakyReLU has no dead units): another line's units are not its own.
+    Without a line, its module and op, else its module."""
+    if finding.source is not None:
+        line = (finding.source.file, finding.source.line)
+        return next((a for a in stats.activations if a.module == finding.module and a.op == finding.op
+                     and a.source is not None and (a.source.file, a.source.line) == line), None)
+    return next((a for a in stats.activations if a.module == finding.module and a.op == finding.op), None) or \
         next((a for a in stats.activations if a.module == finding.module), None)
 
 

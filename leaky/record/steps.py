@@ -32,15 +32,23 @@ class StepTracking:
             self.guarded(self._end_step)
         self.guarded(self._note_backward, tensor)
         out = original(tensor, *args, **kwargs)
-        if self.active and not self.saw_optimizer and self._optimizer_exists is False:
+        if self.active and not self.saw_optimizer and self._ends_at_backward():
             # NOTE: with no optimizer the step is this backward: it ends here, while .grad
             # holds what it computed. A loop that updates by hand (p.data -= lr * p.grad)
             # and calls model.zero_grad() before its next backward would otherwise be seen
-            # with every gradient already cleared. Whether an optimizer exists is looked up
-            # (a gc scan) only at a second backward with no step between, as before: the
-            # first step of such a loop still ends there.
+            # with every gradient already cleared: its first step too (a watch's first pass
+            # then reported every parameter as receiving no gradient).
             self.guarded(self._end_step)
         return out
+
+    def _ends_at_backward(self) -> bool:
+        """Whether the backward that just returned ends the step: no optimizer exists.
+        Decided at the first backward: an optimizer built while leaky observes (the common
+        case) is taken to exist without a look, as before, and its step() ends the step (a
+        second backward with no step between looks it up); with none built, one gc scan."""
+        if self._optimizer_exists is None and self.origins.optimizers:
+            return False
+        return self._no_optimizer()
 
     def _note_backward(self, tensor) -> None:
         if isinstance(tensor, Tensor) and tensor.requires_grad and tensor.grad_fn is None and self.observing:
