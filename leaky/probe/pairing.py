@@ -34,7 +34,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from leaky.config import AuditConfig
-from leaky.probe.replay import ModelCalls, _is_data, _Mode, _tensors
+from leaky.probe.calls import ModelCalls, _is_data, _Mode, _tensors
 from leaky.record.sites import SourceLocator
 
 _MOST_ROWS = 10_000_000   # a data set larger than this is not followed (its row index would be large)

@@ -8,10 +8,14 @@ Three run-time parts, each a context manager entered like a `leaky fix` fix (see
   positional arguments of each call of a model, a module with parameters called from
   outside any other) and every tensor that meets the model's outputs outside the model
   (the targets: the `y` of `cross_entropy(out, y)` or of `out - y`, wherever it is
-  preprocessed). At every later step it gives the same calls those recorded values. A
-  tensor fed at a place the first step did not feed is counted in `unmatched`, and a
-  model fed keyword tensors in `keyword_inputs`: then the replay is not complete and the
-  probe says it could not run.
+  preprocessed, a TD target or a return computed from a model under no_grad). The batch is
+  what fed the first step's backward: a call whose output did not (a DQN acting on one
+  state with grad enabled) is not part of it and is left alone at every step. A call is
+  known by its model, the user's lines that led to it, and its count among those. At every
+  later step the batch's calls get the recorded values. A tensor fed at a place of the
+  batch the first step did not feed is counted in `unmatched`, and a model fed keyword
+  tensors in `keyword_inputs`: then the replay is not complete and the probe says it
+  could not run.
 - `ZeroInputs` (LK309): each model call's first tensor argument replaced by zeros.
 - `InputTrace` (LK309): in the first model call, where the input's information is lost:
   the first op whose output is the same for every sample although its input differed,
@@ -31,11 +35,10 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
-from torch.overrides import TorchFunctionMode
 
 from leaky import ops
+from leaky.probe.calls import ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors
 from leaky.probe.floor import LossTerms
-from leaky.record.modules import remove_global_hook
 from leaky.record.sites import SourceLocator
 
 _BACKWARD = "backward"   # Tensor.backward, as a torch-function mode sees it (leaky's patch keeps the name)
@@ -45,110 +48,25 @@ _SHAPE_ONLY = {"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros"
                "new_full", "new_tensor", "size", "dim", "numel"}
 
 
-def _is_data(value) -> bool:
-    return isinstance(value, torch.Tensor) and not value.requires_grad and not isinstance(value, nn.Parameter)
-
-
-def _tensors(value):
-    """The tensors of an argument list, one level into lists and tuples."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            if isinstance(item, torch.Tensor):
-                yield item
-
-
-class _Mode(TorchFunctionMode):
-    """A torch-function mode that hands every call to `on_call(func, args, kwargs)`."""
-
-    def __init__(self, on_call) -> None:
-        super().__init__()
-        self.on_call = on_call
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return self.on_call(func, args, kwargs or {})
-
-
-class ModelCalls:
-    """Global forward hooks that know which module calls are a model's own: a module that
-    owns parameters, called from outside every other such module (a loss module owns none).
-    Subclasses override `on_model(module, args) -> new args | None` and `after_model`."""
-
-    # NOTE: entered before the audit, as leaky fix's parts are: the recorder's mode then sits
-    # above this one and can step aside for the optimizer's step and for its own re-run of a
-    # model (LK306's batch probe). A probe mode above it kept it on there, and the audit took
-    # that re-run for the program's ops: LK105 on a feed-forward MLP, located at `opt.step()`.
-    outer = False
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.applied: list[str] = []
-        self._owns: dict[int, bool] = {}
-        self._handles = []
-        self._pre_hooks = None
-
-    @property
-    def live(self) -> bool:
-        """Whether the global module hooks are still the ones entered with. leaky's own re-run
-        of a model (LK306's batch probe, record/rerun.py `untouched`) swaps them out for its
-        duration: then which calls are a model's cannot be told, and every call is left alone
-        (those ops are the observer's, never the program's batch)."""
-        return module_globals._global_forward_pre_hooks is self._pre_hooks
-
-    def __enter__(self):
-        self._pre_hooks = module_globals._global_forward_pre_hooks
-        self._handles = [module_globals.register_module_forward_pre_hook(self._pre),
-                         module_globals.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)]
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            remove_global_hook(handle)
-        self._handles.clear()
-
-    def owns(self, module: nn.Module) -> bool:
-        known = self._owns.get(id(module))
-        if known is None:
-            known = self._owns[id(module)] = any(True for _ in module.parameters())
-        return known
-
-    def _pre(self, module, args):
-        if not self.owns(module):
-            return None
-        self.depth += 1
-        if self.depth == 1:
-            return self.on_model(module, args)
-        return None
-
-    def _post(self, module, args, kwargs, output):
-        if not self.owns(module):
-            return None
-        self.depth = max(0, self.depth - 1)
-        if self.depth == 0:
-            self.after_model(module, args, kwargs, output)
-        return None
-
-    def on_model(self, module, args):
-        return None
-
-    def after_model(self, module, args, kwargs, output) -> None:
-        return None
-
-
 class FirstBatchReplay(ModelCalls):
     """The first optimizer step's batch, replayed at every later step (see the module doc)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.step = 0                       # lead optimizer steps done
-        self.inputs: dict[tuple, dict[int, torch.Tensor]] = {}   # (model, call) -> {arg index: value}
+        self.inputs: dict[tuple, dict[int, torch.Tensor]] = {}   # model call -> {arg index: value}
         self.targets: dict[tuple, torch.Tensor] = {}             # (site, call, arg) -> value
         self.terms = LossTerms()            # the loss calls of each step and their weights (LK308's floor)
         self.unmatched: list[str] = []      # where a later step fed a tensor the first did not
         self.keyword_inputs = False
         self.replayed = 0                   # tensors given their first-step value
+        # the first step's calls (model calls, ops that met a target) whose output fed its
+        # backward, and their places: the batch. The rest (acting, logging) is left alone.
+        self.fed: set[tuple] = set()
+        self._fed_places: set[tuple] = set()
+        self._seen: set[tuple] = set()      # the first step's calls
         self._calls: dict = {}
+        self._calling: tuple | None = None
         self._lead = None
         self._locator = SourceLocator()
         self._mode = _Mode(self._on_call)
@@ -165,7 +83,8 @@ class FirstBatchReplay(ModelCalls):
 
     @property
     def recorded(self) -> int:
-        return sum(len(v) for v in self.inputs.values()) + len(self.targets)
+        return sum(len(v) for k, v in self.inputs.items() if self._in_batch(k)) + \
+            sum(1 for k in self.targets if self._in_batch(k[:2]))
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         if self._lead is None:
@@ -180,12 +99,34 @@ class FirstBatchReplay(ModelCalls):
         self._calls[key] = count + 1
         return count
 
+    def _feeds(self, call: tuple, outputs) -> None:
+        """At the first step: mark `call` (place, count) as the batch's if a backward reaches `outputs`."""
+        def mark():
+            self.fed.add(call)
+            self._fed_places.add(call[0])
+        _on_backward(outputs, mark)
+
+    def _in_batch(self, call: tuple) -> bool:
+        """Whether a call (place, count) is the batch's: it fed the first step's backward, or
+        it is a later call at a place that did (then it must be replayed, or it is unmatched).
+        NOTE: when no backward reached anything recorded (a hook that could not be set), every
+        call counts, as before this was known."""
+        if not self.fed or call in self.fed:
+            return True
+        return call not in self._seen and call[0] in self._fed_places
+
     def on_model(self, module, args):
+        self._calling = None
         if not torch.is_grad_enabled():
             return None                     # an evaluation call, not training
-        key = (id(module), self._occurrence(("model", id(module))))
+        place = ("model", id(module), _call_path())
+        key = (place, self._occurrence(place))
+        self._calling = key
         if self.step == 0:
+            self._seen.add(key)
             self.inputs[key] = {i: a.detach().clone() for i, a in enumerate(args) if _is_data(a)}
+            return None
+        if not self._in_batch(key):
             return None
         recorded = self.inputs.get(key)
         if recorded is None:
@@ -198,17 +139,26 @@ class FirstBatchReplay(ModelCalls):
     def after_model(self, module, args, kwargs, output) -> None:
         if torch.is_grad_enabled() and any(_is_data(v) for v in kwargs.values()):
             self.keyword_inputs = True
+        if self.step == 0 and self._calling is not None:
+            outs = [t for v in output.values() for t in _tensors(v)] if isinstance(output, dict) else \
+                list(_tensors(output))
+            self._feeds(self._calling, outs)
 
     def _on_call(self, func, args, kwargs):
-        if self.depth or not torch.is_grad_enabled() or not self.live:
+        if not torch.is_grad_enabled() or not self.live:
             return func(*args, **kwargs)
-        flat = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
+        # NOTE: targets are met outside every model; a loss a model computes in its forward
+        # (nanoGPT's, makemore's: targets passed in) still counts for the floor.
+        flat = [] if self.depth else [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
+        call = None
         if any(t.requires_grad for t in flat) and any(_is_data(t) and t.numel() > 1 for t in flat):
-            args, kwargs = self._targets(func, args, kwargs)
+            args, kwargs, call = self._targets(func, args, kwargs)
         name = getattr(func, "__name__", "")
         if name == _BACKWARD:
             self.terms.note_backward()
         out = func(*args, **kwargs)
+        if call is not None and self.step == 0:
+            self._feeds(call, _tensors(out))
         if name in ops.losses.FLOORS:
             where = self._locator.locate()
             site = (name,) + (tuple(where[:2]) if where else ())
@@ -219,22 +169,27 @@ class FirstBatchReplay(ModelCalls):
         """The data arguments of an op that meets the model's output: recorded, or replayed."""
         where = self._locator.locate()
         site = (getattr(func, "__name__", str(func)),) + (tuple(where) if where else ())
-        call = self._occurrence(("op", site))
-        new_args = [self._target(site, call, i, a) for i, a in enumerate(args)]
-        new_kwargs = {k: self._target(site, call, k, v) for k, v in kwargs.items()}
-        return tuple(new_args), new_kwargs
+        call = (site, self._occurrence(("op", site)))
+        if self.step == 0:
+            self._seen.add(call)
+        elif not self._in_batch(call):
+            return args, kwargs, None
+        new_args = [self._target(call, i, a) for i, a in enumerate(args)]
+        new_kwargs = {k: self._target(call, k, v) for k, v in kwargs.items()}
+        return tuple(new_args), new_kwargs, call
 
-    def _target(self, site, call, index, value):
+    def _target(self, call, index, value):
         if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
-            return type(value)(self._target(site, call, (index, j), v) for j, v in enumerate(value))
+            return type(value)(self._target(call, (index, j), v) for j, v in enumerate(value))
         if not (_is_data(value) and value.numel() > 1):
             return value
-        key = (site, call, index)
+        key = call + (index,)
         if self.step == 0:
             self.targets[key] = value.detach().clone()
             return value
         recorded = self.targets.get(key)
         if recorded is None:
+            site = call[0]
             where = f"{os.path.basename(site[1])}:{site[2]}" if len(site) > 2 else site[0]
             self.unmatched.append(f"{site[0]} at {where}, step {self.step + 1}")
             return value
@@ -272,9 +227,15 @@ class InputTrace(ModelCalls):
 
     A tensor is informative when it comes from the input and differs between the samples
     of the batch (along dim 0). The first op that takes an informative tensor and returns
-    one that is the same for every sample (`x * 0`) is where the input is lost; if no op
-    does and the model's output is not informative, the input never reached it (the
-    forward used a constant instead). Ops that read only a shape (zeros_like) do not count.
+    one that is the same for every sample (`x * 0`) is where the input is lost, when the
+    model's output is not informative either; if no op does and the output is not
+    informative, the input never reached it (the forward used a constant instead). Ops that
+    read only a shape (zeros_like) do not count. A constant op the input goes around (the
+    `value == value` check a distribution makes of its logits) loses nothing: the output is
+    informative. NOTE: an op that meets the input with a weight that trains (a zero-initialised
+    table `W[idx]`, a zero-initialised layer) gives every sample the same output at step 0, but
+    its gradient differs per sample and the next step's output will too: its output carries
+    the input (`_carried`), constant for now, and the ops after it lose nothing.
     An input that arrives the same for every sample was lost before the model: at the op
     of the script that made varying data constant (a clamp of raw readings to [0, 1]),
     when that op was seen.
@@ -288,6 +249,8 @@ class InputTrace(ModelCalls):
         self.forward: dict | None = None     # the model's forward: {"file", "line", "model"}
         self._active = False
         self._informative: dict[int, torch.Tensor] = {}
+        self._carried: set[int] = set()       # informative ids the same for every sample for now
+        self._candidate: dict | None = None   # the first op that made the input constant
         self._constant: dict[int, tuple] = {}   # id(data made the same for every sample) -> (ref, op, where)
         self._names: dict[int, str] = {}
         self._stack: list[nn.Module] = []
@@ -337,8 +300,11 @@ class InputTrace(ModelCalls):
         outs = list(_tensors(output)) if not isinstance(output, dict) else \
             [t for v in output.values() for t in _tensors(v)]
         self.reached = any(id(t) in self._informative for t in outs)
+        if not self.reached:
+            self.lost = self._candidate
         self._active = False
         self._informative.clear()
+        self._carried.clear()
         self._stack.clear()
 
     def _on_call(self, func, args, kwargs):
@@ -348,17 +314,31 @@ class InputTrace(ModelCalls):
         if not self.done and not self._active:
             self._note_constant(func, args, kwargs, out)
             return out
-        if not self._active or self.lost is not None:
+        if not self._active:
             return out
-        if not any(id(t) in self._informative for a in (*args, *kwargs.values()) for t in _tensors(a)):
+        given = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
+        inputs = [t for t in given if id(t) in self._informative]
+        if not inputs:
             return out
         name = getattr(func, "__name__", "")
+        # varying inputs made constant by a weight that trains, or inputs constant already: carried
+        carried = all(id(t) in self._carried for t in inputs) or \
+            any(t.requires_grad and id(t) not in self._informative for t in given)
         for t in _tensors(out):
             if _varies(t):
                 self._informative[id(t)] = t
-            elif name not in _SHAPE_ONLY and t.dim() >= 1 and t.shape[0] > 1:
+                self._carried.discard(id(t))
+            elif name in _SHAPE_ONLY:
+                continue
+            elif t.dim() == 0 or t.shape[0] < 2:
+                self._informative[id(t)] = t   # no samples to compare (a reduced loss): it carries the input
+            elif carried:
+                self._informative[id(t)] = t
+                self._carried.add(id(t))
+            else:
                 self._informative.pop(id(t), None)
-                self._lost_at(name)
+                if self._candidate is None:
+                    self._candidate = self._at(name)
         return out
 
     def _note_constant(self, func, args, kwargs, out) -> None:
@@ -381,9 +361,9 @@ class InputTrace(ModelCalls):
                 op, where = (known[1], known[2]) if known is not None else (name, self._locator.locate())
                 self._constant[id(t)] = (weakref.ref(t), op, where)
 
-    def _lost_at(self, name: str) -> None:
+    def _at(self, name: str) -> dict:
         module = self._names.get(id(self._stack[-1])) if self._stack else None
-        self.lost = self._place(name, self._locator.locate(), module)
+        return self._place(name, self._locator.locate(), module)
 
     @staticmethod
     def _place(name: str, where, module: str | None) -> dict:
