@@ -15,6 +15,25 @@ before cross_entropy caps every probability at e/(e + C - 1); a softplus or ReLU
 cannot reach negative targets). The audit of the program as it is (the probe's real-input
 run, never the repeated batch's, whose oddities are the probe's doing) names which: its
 findings are the evidence and give the place. Without one, no line is named.
+
+The floor must be known: a loss made of losses whose floor leaky knows (`ops.losses.FLOORS`,
+weighted). A policy-gradient surrogate, an entropy bonus or a clipped value loss (PPO's trust
+region stops each by design at a value of its own), or any hand-written loss, has a floor
+leaky does not know; measured against 0, what is left of it is no evidence of a stall, and it
+is never failed (`leaky probe` says it could not decide).
+
+When the audit shows nothing that stops it, two more are not failed:
+
+- a model that gives several rows of different targets one output (`OverfitStats.tied`): a
+  bigram table sees one token, so on a batch of words its floor is the entropy of the next
+  token given the current (1.49 nats on a batch of 32 words where 0 is assumed: 46% "left"
+  against 0, 2.3% against its own floor), and exact duplicates with different labels have
+  one too (`floor.tied_floor`). Judged against that floor it is not a stall, but leaky
+  cannot tell a model that sees part of its input by design from a fault that merges inputs;
+- a loss still falling steadily (`OverfitStats.steady_pace`): a small learning rate moves
+  every weight a little each step (Adam by about lr: a bigram table at lr 5e-4 moves each
+  logit 0.05 in 100 steps), so the batch is not memorised in K steps, but nothing is stuck.
+  A stall falls fast at first (the part that still trains, a bias, converges), then not at all.
 """
 from __future__ import annotations
 
@@ -33,7 +52,7 @@ _CAUSES = ("LK108", "LK106", "LK102", "LK301", "LK107", "LK101", "LK103", "LK201
           "first loss (leaky probe)", probe=True)
 def check(stats: OverfitStats, config: ProbeConfig) -> list[Finding]:
     remaining = stats.remaining
-    if remaining is None or remaining <= config.overfit_fraction:
+    if remaining is None or remaining <= config.overfit_fraction or undecided(stats, config) is not None:
         return []
     cause = _cause(stats.audit)
     shown = "rose" if remaining > 1 else f"kept {pct(remaining)} of its reducible loss"
@@ -56,6 +75,34 @@ def check(stats: OverfitStats, config: ProbeConfig) -> list[Finding]:
     module = cause.module if cause is not None else None
     source = Source(*cause.source) if cause is not None and cause.source else None
     return [Finding("cannot-overfit", "LK308", Severity.ERROR, message, fix, module, None, source, None, evidence)]
+
+
+def undecided(stats: OverfitStats, config: ProbeConfig) -> str | None:
+    """Why a batch that kept more than the threshold is no evidence of harm here, or None
+    (see the module doc). Said by `leaky probe` as the reason it could not decide."""
+    remaining = stats.remaining
+    if remaining is None or remaining <= config.overfit_fraction:
+        return None
+    left = f"{pct(remaining)} of the loss is left after {len(stats.losses)} steps"
+    if not stats.floor_known:
+        return (f"{left} measured against 0, but the loss is not made of losses whose floor leaky knows (a "
+                "policy-gradient surrogate, an entropy bonus, a clipped or hand-written loss): its least value on "
+                "this batch is unknown, and may be far from 0")
+    if _cause(stats.audit) is not None:
+        return None
+    tied = stats.remaining_tied
+    if tied is not None and tied <= config.overfit_fraction:
+        floor, distinct, rows = stats.tied
+        return (f"{left}, but the model gives one output to rows with different targets ({distinct} distinct "
+                f"outputs for {rows} rows: it sees part of each input, as a bigram sees one token, or samples repeat "
+                f"with other labels), and no model that does can go below {num(floor)} on this batch: {pct(tied)} "
+                "is left above that, and the audit shows nothing that stops it")
+    pace = stats.steady_pace
+    if pace is not None:
+        return (f"{left}, but it is still falling steadily (over the last {len(stats.losses) - len(stats.losses) // 2} "
+                f"steps at {pct(pace)} of its pace over the first) and the audit shows nothing that stops it: too "
+                "slow to memorise one batch in this many steps, not stuck; run with a larger --steps")
+    return None
 
 
 def _cause(audit: tuple[AuditNote, ...]) -> AuditNote | None:

@@ -9,6 +9,19 @@ input does better, by more than the run-to-run noise (`leaky fix`'s: the spread 
 real runs with shifted seeds, at least 1% of the loss). If the real inputs do no better,
 the input does not reach the output: overwritten (`x = x * 0`, a constant buffer in its
 place), cut (features detached, so only a bias learns), or constant after preprocessing.
+
+"No better" is evidence only where the run could have shown better (`undecided`). Unless the
+input's loss is structural (an op that makes it constant, a forward that drops it, inputs and
+targets that are not the same samples, a cut path), it is not decided when:
+
+- the targets are computed from a model's outputs (reinforcement learning's returns, TD
+  targets and sampled actions, a teacher's soft labels): the zeros change them too, and a
+  model on zeros that fits its own constant targets says nothing of the input;
+- the real inputs' loss fell by no more than the noise in K steps: with either input, the
+  model learned too little to differ (Adam moves a weight by at most ~lr a step, so a bigram
+  table at lr 5e-4 moves each logit by 0.05 in 100 steps, and a cross-entropy by at most
+  2 x 0.05, under 1% of log 27);
+- it is still falling so fast that K more steps would lower it by more than the noise.
 """
 from __future__ import annotations
 
@@ -39,8 +52,9 @@ def check(stats: InputStats, config: ProbeConfig) -> list[Finding]:
     # reaches the output through untrained weights only. Otherwise the input is used, just
     # not learned yet in K steps (a slow start): `leaky probe` says "could not run".
     worse = stats.real > stats.zeroed + stats.margin
-    if worse and stats.reached is not False and not any(a.code == "LK108" and a.severity != "info"
-                                                        for a in stats.audit):
+    if worse and stats.reached is not False and not _cut(stats):
+        return []
+    if undecided(stats) is not None:
         return []
     module, source, where, placed_fix = _place(stats)
     scored = "held-out" if stats.held_out else "last training"
@@ -56,10 +70,47 @@ def check(stats: InputStats, config: ProbeConfig) -> list[Finding]:
     evidence = {"real_loss": stats.real, "zeroed_loss": stats.zeroed, "margin": stats.margin,
                 "gain": stats.gain, "scores": list(stats.scores), "held_out": stats.held_out,
                 "zeroed": list(stats.zeroed_kinds), "lost_at": stats.lost, "input_reaches_output": stats.reached,
-                "mispaired": stats.mispaired,
+                "mispaired": stats.mispaired, "targets_from_model": stats.targets_from_model,
                 "audit": [a.to_dict() for a in stats.audit]}
     return [Finding("input-ignored", "LK309", Severity.ERROR, message, fix, module, stats.lost["op"]
                     if stats.lost else None, source, None, evidence)]
+
+
+def _cut(stats: InputStats) -> bool:
+    return any(a.code == "LK108" and a.severity != "info" for a in stats.audit)
+
+
+def _structural(stats: InputStats) -> bool:
+    """Whether the trace shows where the input is lost, whatever the losses say."""
+    return bool((stats.lost is not None and stats.lost.get("file")) or stats.reached is False
+                or (stats.mispaired is not None and stats.mispaired.get("file")) or _cut(stats))
+
+
+def undecided(stats: InputStats) -> str | None:
+    """Why real inputs that do no better than zeros are no evidence here, or None (see the
+    module doc). Said by `leaky probe` as the reason it could not decide."""
+    if _structural(stats):
+        return None
+    origin = stats.targets_from_model
+    if origin is not None:
+        at = f" at {os.path.basename(origin['file'])}:{origin['line']}" if origin.get("file") else ""
+        called = origin.get("called_at") or {}
+        by = f", called at line {called['line']}" if called.get("line") else ""
+        return (f"the targets are computed from a model's outputs (the target made{at} comes from "
+                f"{origin['model']}{by}): "
+                "zeroing the inputs changes the targets too, and a model fed zeros that fits its own targets "
+                "as well is no evidence that the input is ignored")
+    fallen, steps = stats.fallen, len(stats.losses)
+    if fallen is not None and fallen <= stats.margin:
+        return (f"in {steps} steps the real inputs' loss fell by only {num(fallen)} (from {num(stats.start)} to "
+                f"{num(stats.real)}), within the noise ({num(stats.margin)}): with either input the model learned "
+                "too little to show a difference; run with a larger --steps")
+    falling = stats.still_falling
+    if falling > stats.margin:
+        return (f"the real inputs' loss is still falling: at the pace of its last {steps - steps // 2} steps, "
+                f"{steps} more steps would lower it by {num(falling)}, more than the noise ({num(stats.margin)}); "
+                "run with a larger --steps")
+    return None
 
 
 def _place(stats: InputStats) -> tuple[str | None, Source | None, str, str | None]:

@@ -13,6 +13,10 @@ The weights can change from step to step while the batch is replayed (mixup draw
 each step). The floor of the mean loss over steps a..b is that of the mean weights, since for a
 fixed output the mean of Σ c_k,t·loss_k is Σ mean(c_k)·loss_k: `floors` gives it for the window
 of `tail` steps ending at each step, the same window L_K averages.
+
+`tied` is the floor of a model that gives some rows of the batch one output (`tied_floor`):
+a bigram table sees one token, and a batch in which a token is followed by different ones
+cannot be memorised by it; nor can exact duplicates with different labels.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class LossTerms:
     def __init__(self) -> None:
         self.steps: list[list[Term]] = [[]]
         self.arguments: dict[tuple, dict] = {}   # key -> the call's bound arguments (tensors detached)
+        self.latest: tuple[str, dict] | None = None   # the last known loss call: (name, bound arguments)
         self._backwards = 0
         self._signatures: dict = {}
 
@@ -58,8 +63,10 @@ class LossTerms:
             return
         first = bound.get("input")
         term = Term((name,) + key, name, out.detach().reshape(()), id(first))
+        detached = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in bound.items()}
         if term.key not in self.arguments:
-            self.arguments[term.key] = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in bound.items()}
+            self.arguments[term.key] = detached
+        self.latest = (name, detached)
         try:
             out.register_hook(self._hook(term))
         except RuntimeError:
@@ -144,3 +151,60 @@ class LossTerms:
         if varying:
             text += "; the weights change every step, so each window of steps has its own floor"
         return text
+
+    def tied(self, loss: float) -> tuple[float, int, int] | None:
+        """`tied_floor` of the last loss call, when the last step's loss is that one call."""
+        terms = next((t for t in reversed(self.steps) if t), [])
+        if self.latest is None or len(terms) != 1 or not math.isclose(float(terms[0].value), loss, rel_tol=1e-6):
+            return None
+        return tied_floor(*self.latest)
+
+
+def tied_floor(name: str, arguments: dict) -> tuple[float, int, int] | None:
+    """The least the loss can be for a model that gives the rows it now gives one output that
+    output still: (floor, distinct outputs, rows). The rows of one output can at best score
+    their targets' spread: over classes (cross-entropy, NLL on hard labels) the entropy of their
+    labels; on values (mse) the variance of their targets. None unless the loss is one of those,
+    and the model gives more than one output but fewer than one per row (one output for every
+    row is a model that ignores its input: a fault, not a floor)."""
+    kind = ops.loss_neutral(name)
+    z, t = arguments.get("input"), arguments.get("target")
+    if not isinstance(z, torch.Tensor) or not isinstance(t, torch.Tensor) or z.dim() < 1:
+        return None
+    if kind == ops.losses.CLASSES:
+        if t.is_floating_point() or z.dim() < 2 or float(arguments.get("label_smoothing", 0.0) or 0.0) \
+                or arguments.get("weight") is not None:
+            return None
+        z, t = z.movedim(1, -1).reshape(-1, z.shape[1]), t.reshape(-1)
+        keep = t != arguments.get("ignore_index", -100)
+        z, t = z[keep], t[keep]
+    elif kind == ops.losses.VARIANCE and t.shape == z.shape:
+        z, t = z.reshape(len(z), -1), t.reshape(len(t), -1).float()
+    else:
+        return None
+    if len(z) < 2:
+        return None
+    _, group = torch.unique(z, dim=0, return_inverse=True)
+    distinct = int(group.max()) + 1
+    if distinct in (1, len(z)):
+        return None
+    per_row = _class_spread(group, t, distinct) if kind == ops.losses.CLASSES else _value_spread(group, t, distinct)
+    reduction = arguments.get("reduction", "mean")
+    scale = 1.0 if reduction == "mean" else float(t.numel()) if reduction == "sum" else None
+    return None if scale is None else (float(per_row) * scale, distinct, len(z))
+
+
+def _class_spread(group: torch.Tensor, t: torch.Tensor, distinct: int) -> torch.Tensor:
+    """The mean over rows of the entropy of the labels of the rows given the same output."""
+    ones = torch.ones(len(t), device=t.device)
+    counts = torch.zeros(distinct, int(t.max()) + 1, device=t.device).index_put_((group, t.long()), ones, accumulate=True)
+    p = counts / counts.sum(1, keepdim=True)
+    return (counts.sum(1) * -torch.special.xlogy(p, p).sum(1)).sum() / len(t)
+
+
+def _value_spread(group: torch.Tensor, t: torch.Tensor, distinct: int) -> torch.Tensor:
+    """The mean over elements of the variance of the targets of the rows given the same output."""
+    n = torch.zeros(distinct, device=t.device).index_add_(0, group, torch.ones(len(t), device=t.device))[:, None]
+    mean = torch.zeros(distinct, t.shape[1], device=t.device).index_add_(0, group, t) / n
+    return (t - mean[group]).pow(2).mean()
+

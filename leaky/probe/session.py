@@ -5,8 +5,9 @@
 The runs, all with `leaky fix`'s runtime (`leaky/fix/trial.py`: the same seeds, the same
 initial state, the user's files untouched, K training steps then H held-out steps):
 
-1. the program as it is, K + H steps: the real inputs' score (LK309), and where the first
-   model call loses its input's information, if it does (`replay.InputTrace`);
+1. the program as it is, K + H steps: the real inputs' score (LK309), where the first
+   model call loses its input's information, if it does (`replay.InputTrace`), and which
+   of the first step's targets were computed from a model (`origins.TargetOrigins`);
 2. the same run again: if its losses differ from the first by a single bit, the program
    cannot be re-run from the same state and no probe is judged ("could not run");
 3. LK308 cannot-overfit: K steps on the first batch only (`replay.FirstBatchReplay`): the
@@ -29,13 +30,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from leaky.checks import CHECKS
+from leaky.checks import CHECKS, cannot_overfit, input_ignored
 from leaky.finding import Finding
 from leaky.fix import verdict
 from leaky.fix.runtime import Fix
 from leaky.fix.session import NOISE_HOW, _same
 from leaky.fix.trial import Trial, run_trial
 from leaky.probe.config import ProbeConfig
+from leaky.probe.origins import TargetOrigins
 from leaky.probe.pairing import RowTrace
 from leaky.probe.replay import FirstBatchReplay, InputTrace, ZeroInputs
 from leaky.probe.stats import AuditNote, InputStats, OverfitStats
@@ -131,9 +133,9 @@ def run_probes(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
         return run
 
     say(f"real inputs: {config.steps} steps + {config.holdout} held out")
-    trace, rows = InputTrace(), RowTrace()
+    trace, rows, origins = InputTrace(), RowTrace(), TargetOrigins()
     result = ProbeResult(name, config, None)   # type: ignore[arg-type]
-    result.baseline = base = trial((trace, rows))
+    result.baseline = base = trial((trace, rows, origins))
     result.audit = _notes(base)
     blocked = _blocked(base)
     if blocked is None:
@@ -149,7 +151,7 @@ def run_probes(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
         return result
     say(f"cannot-overfit: the first batch only, {config.steps} steps")
     result.probes.append(_overfit(trial, config, result.audit))
-    result.probes.append(_input(trial, base, (trace, rows), result, config, say))
+    result.probes.append(_input(trial, base, (trace, rows, origins), result, config, say))
     result.seconds = time.perf_counter() - start
     return result
 
@@ -196,30 +198,49 @@ def _overfit(trial, config: ProbeConfig, audit: tuple[AuditNote, ...]) -> ProbeO
     measured = {"losses": run.losses, "recorded": replay.recorded, "replayed": replay.replayed}
     if reason is not None:
         return ProbeOutcome("LK308", NOT_RUN, reason, measured, seconds=run.seconds)
-    floors, floor_what = _floors(replay, run.losses, config.overfit_tail)
+    floors, floor_what, known = _floors(replay, run.losses, config.overfit_tail)
     floor = floors[-1]
     stats = OverfitStats(tuple(run.losses), config.steps, floor, floor_what, config.overfit_tail, audit,
-                         run.backward_site, replay.recorded, tuple(floors) if len(set(floors)) > 1 else ())
+                         run.backward_site, replay.recorded, tuple(floors) if len(set(floors)) > 1 else (), known,
+                         replay.terms.tied(run.losses[-1]) if known else None)
     measured.update({"first_loss": stats.first, "last_loss": stats.last, "loss_floor": floor, "floor_what": floor_what,
-                     "first_floor": stats.first_floor,
+                     "floor_known": known, "first_floor": stats.first_floor,
                      "remaining": stats.remaining, "max_remaining": config.overfit_fraction,
                      "audit": [a.to_dict() for a in stats.audit]})
-    if stats.remaining is None:
-        return ProbeOutcome("LK308", NOT_RUN, f"the first loss ({stats.first!r}) is not finite or is already at its "
-                            f"floor ({floor:g}): there is nothing to reduce", measured, seconds=run.seconds)
-    pace = stats.steps_to(config.overfit_fraction)
-    measured["steps_to_threshold"] = pace
+    reason = _not_judged(stats, config, measured)
+    if reason is not None:
+        return ProbeOutcome("LK308", NOT_RUN, reason, measured, seconds=run.seconds)
     left = f"{100 * stats.remaining:.3g}% of the reducible loss left after {len(stats.losses)} steps"
-    if stats.remaining > config.overfit_fraction and pace is not None and pace < config.overfit_still_falling:
-        return ProbeOutcome("LK308", NOT_RUN, f"not decided in {len(stats.losses)} steps: {left}, but still falling "
-                            f"(at the pace of the last {len(stats.losses) // 4} steps it would reach "
-                            f"{100 * config.overfit_fraction:g}% in {pace * len(stats.losses):.0f} more); run with a "
-                            "larger --steps", measured, seconds=run.seconds)
     found = CHECKS["LK308"].run(stats, config)
     if found:
         return ProbeOutcome("LK308", FAIL, f"{left} (at most {100 * config.overfit_fraction:g}% passes)", measured,
                             found[0], run.seconds)
     return ProbeOutcome("LK308", PASS, left, measured, seconds=run.seconds)
+
+
+def _not_judged(stats: OverfitStats, config: ProbeConfig, measured: dict) -> str | None:
+    """Why the loss curve of the repeated batch cannot be judged, or None (`measured` gets
+    what decided it)."""
+    below = min((v for v in stats.losses if math.isfinite(v)), default=0.0)
+    if not stats.floor_known and below < 0:
+        return (f"the loss goes below 0 (to {below:.4g}) on the first batch: it is not made of losses whose floor "
+                "leaky knows (a policy-gradient term or an entropy bonus has none), so what is left of it cannot be "
+                "measured")
+    if stats.remaining is None:
+        return (f"the first loss ({stats.first!r}) is not finite or is already at its floor ({stats.floor:g}): there "
+                "is nothing to reduce")
+    pace = stats.steps_to(config.overfit_fraction)
+    measured["steps_to_threshold"] = pace
+    why = cannot_overfit.undecided(stats, config)
+    if why is not None:
+        measured.update({"steady_pace": stats.steady_pace, "tied": stats.tied, "remaining_tied": stats.remaining_tied})
+        return f"not decided: {why}"
+    if stats.remaining > config.overfit_fraction and pace is not None and pace < config.overfit_still_falling:
+        steps = len(stats.losses)
+        return (f"not decided in {steps} steps: {100 * stats.remaining:.3g}% of the reducible loss left after {steps} "
+                f"steps, but still falling (at the pace of the last {steps // 4} steps it would reach "
+                f"{100 * config.overfit_fraction:g}% in {pace * steps:.0f} more); run with a larger --steps")
+    return None
 
 
 def _replay_blocked(run: Trial, replay: FirstBatchReplay, config: ProbeConfig) -> str | None:
@@ -242,26 +263,26 @@ def _replay_blocked(run: Trial, replay: FirstBatchReplay, config: ProbeConfig) -
     return None
 
 
-def _floors(replay: FirstBatchReplay, losses: list[float], tail: int) -> tuple[list[float], str]:
-    """The floor of the mean loss of the `tail` steps ending at each step, and what it is:
-    from the weighted loss calls the loss is made of (`floor.LossTerms`); else that of the one
-    known loss whose value is the first step's loss; else 0."""
+def _floors(replay: FirstBatchReplay, losses: list[float], tail: int) -> tuple[list[float], str, bool]:
+    """The floor of the mean loss of the `tail` steps ending at each step, what it is, and
+    whether it is known: from the weighted loss calls the loss is made of (`floor.LossTerms`);
+    else that of the one known loss whose value is the first step's loss; else 0, unknown."""
     known = replay.terms.floors(losses, tail)
     if known is not None:
-        return known
+        return (*known, True)
     matching = [(name, floor) for name, floor, value in replay.terms.first()
                 if floor is not None and math.isclose(value, losses[0], rel_tol=1e-6, abs_tol=1e-9)]
     if len(matching) == 1:
         name, floor = matching[0]
         what = f"{name}: an exact fit scores 0" if floor == 0 else f"{name}: the entropy of its soft targets"
-        return [floor] * len(losses), what
-    return [0.0] * len(losses), "0, taken for a loss whose floor leaky does not know"
+        return [floor] * len(losses), what, True
+    return [0.0] * len(losses), "0, taken for a loss whose floor leaky does not know", False
 
 
 # -- LK309 -----------------------------------------------------------------------------
-def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace], result: ProbeResult, config: ProbeConfig,
-           say) -> ProbeOutcome:
-    trace, rows = traces
+def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace, TargetOrigins], result: ProbeResult,
+           config: ProbeConfig, say) -> ProbeOutcome:
+    trace, rows, origins = traces
     scores = [base.score]
     for offset in range(1, config.repeats + 1):
         say(f"real inputs with seeds shifted by {offset} (noise)")
@@ -283,13 +304,22 @@ def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace], result: Prob
                             measured, seconds=run.seconds)
     stats = InputStats(base.score, run.score, result.noise.margin, tuple(result.noise.scores), base.held_out,
                        tuple(sorted(zeros.kinds)), trace.lost, trace.reached, trace.forward, result.audit,
-                       rows.mispaired())
+                       rows.mispaired(), origins.found, tuple(base.losses))
     measured.update({"gain": stats.gain, "lost_at": trace.lost, "input_reaches_output": trace.reached,
-                     "mispaired": stats.mispaired})
+                     "mispaired": stats.mispaired, "targets_from_model": stats.targets_from_model,
+                     "real_start": stats.start, "real_fallen": stats.fallen, "real_still_falling": stats.still_falling})
     found = CHECKS["LK309"].run(stats, config)
     scored = "held-out" if base.held_out else "last training"
     compared = f"{scored} loss {base.score:.4g} real vs {run.score:.4g} zeroed, noise {result.noise.margin:.3g}"
-    if not found and base.score > run.score + result.noise.margin:
+    worse = base.score > run.score + result.noise.margin
+    # NOTE: real inputs that do worse are "used, not learned yet" below, unless the targets
+    # came from a model (then the losses are not comparable at all)
+    why = input_ignored.undecided(stats) if not found and (not worse or stats.targets_from_model is not None) \
+        and base.score >= run.score - result.noise.margin else None
+    if why is not None:
+        return ProbeOutcome("LK309", NOT_RUN, f"not decided: the real inputs do {'worse' if worse else 'no better'} "
+                            f"({compared}), but {why}", measured, seconds=run.seconds)
+    if not found and worse:
         return ProbeOutcome("LK309", NOT_RUN, f"not decided: the real inputs do worse than zeros ({compared}), yet "
                             f"they reach the output through a path that trains; used, but not learned in "
                             f"{config.steps} steps: run with a larger --steps", measured, seconds=run.seconds)

@@ -9,6 +9,20 @@ import math
 from dataclasses import dataclass, field
 
 
+def slope(values) -> tuple[float, float] | None:
+    """The slope b of the least-squares line through `values` (one per step) and its standard
+    error s / sqrt(Σ(t - t̄)²), s the spread of the residuals; None for fewer than 4 values or
+    a non-finite one."""
+    n = len(values)
+    if n < 4 or not all(math.isfinite(v) for v in values):
+        return None
+    t_mean, y_mean = (n - 1) / 2, sum(values) / n
+    sxx = sum((t - t_mean) ** 2 for t in range(n))
+    b = sum((t - t_mean) * (y - y_mean) for t, y in enumerate(values)) / sxx
+    residual = sum((y - y_mean - b * (t - t_mean)) ** 2 for t, y in enumerate(values))
+    return b, math.sqrt(residual / (n - 2) / sxx)
+
+
 @dataclass(frozen=True)
 class AuditNote:
     """One finding of a probe run's audit, as evidence: what it found and where."""
@@ -44,6 +58,18 @@ class OverfitStats:
     # the floor of the mean of the `tail` losses ending at each step (1 .. K), when it changes
     # from step to step (mixup's weights drawn anew each step; probe/floor.py); () : `floor`
     floors: tuple[float, ...] = ()
+    # False: the loss is not made of losses whose floor leaky knows (a policy-gradient
+    # surrogate, an entropy bonus, a clipped value loss, a hand-written loss), and `floor` is 0
+    # taken for it: what is left is measured against 0, which is no evidence of a stall
+    floor_known: bool = True
+    # floor.tied_floor: (floor, distinct outputs, rows) when the model gives several rows of
+    # different targets one output at the last step (a bigram: one token of context), else None
+    tied: tuple[float, int, int] | None = None
+
+    @property
+    def remaining_tied(self) -> float | None:
+        """What is left against the floor of the rows the model gives one output (`tied`)."""
+        return None if self.tied is None else self._left(self.last, len(self.losses), self.tied[0])
 
     @property
     def first_floor(self) -> float:
@@ -96,11 +122,26 @@ class OverfitStats:
         fallen = before - now
         return math.inf if fallen <= 0 else (now - target) / fallen / 4
 
-    def _left(self, loss: float | None, step: int) -> float | None:
+    @property
+    def steady_pace(self) -> float | None:
+        """Whether the loss is still falling steadily: over the last half of the steps it falls
+        (its slope is below 0 by more than 2 standard errors) at least half as fast as over the
+        first half. Then the pace it approaches its limit at is slower than e^(-K/2τ) = 1/2,
+        τ > 0.72 K: what it tends to is not in sight after K steps, and a stall is not shown.
+        Returns the ratio of the two paces when steady, else None. A model that stalls (a cut
+        path: only a bias learns, and quickly) falls fast at first, then not at all."""
+        half = len(self.losses) // 2
+        first, last = slope(self.losses[:half]), slope(self.losses[half:])
+        if first is None or last is None or not last[0] < -2 * last[1] or first[0] >= 0:
+            return None
+        ratio = last[0] / first[0]
+        return ratio if ratio >= 0.5 else None
+
+    def _left(self, loss: float | None, step: int, floor: float | None = None) -> float | None:
         first, start = self.first, self.first_floor
         if first is None or loss is None or not math.isfinite(first) or first - start <= 0:
             return None
-        return (loss - self._floor_at(step)) / (first - start)
+        return (loss - (self._floor_at(step) if floor is None else floor)) / (first - start)
 
 
 @dataclass(frozen=True)
@@ -120,8 +161,37 @@ class InputStats:
     # pairing.RowTrace: where the inputs and the targets stopped being the same samples
     # {"file", "line", "side", "other", "inputs", "targets", "met"}, or None
     mispaired: dict | None = None
+    # origins.TargetOrigins: the first step's target computed from a model's output (a TD
+    # target, a return, a sampled action), which the zeroed run changes too: {"file", "line",
+    # "model", "called_at", "met"}, or None
+    targets_from_model: dict | None = None
+    losses: tuple[float, ...] = ()        # the real-input run's training losses, one per step
+    tail: int = 5                         # its start is the mean of its first `tail` losses
 
     @property
     def gain(self) -> float:
         """How much lower the real inputs' loss is than the zeros' (negative: higher)."""
         return self.zeroed - self.real
+
+    @property
+    def start(self) -> float | None:
+        """The real-input run's loss at its start: the mean of its first `tail` training losses."""
+        values = [v for v in self.losses[:self.tail] if math.isfinite(v)]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def fallen(self) -> float | None:
+        """How far the real inputs' loss fell in the K steps: its start less its score."""
+        return None if self.start is None else self.start - self.real
+
+    @property
+    def still_falling(self) -> float:
+        """How much lower K more steps would take the real inputs' loss, at the pace of the last
+        half of its steps: -b·K, for b the slope of the least-squares line through those losses,
+        when b < 0 by more than 2 standard errors (s / sqrt(Σ(t - t̄)²), s the residuals' spread);
+        else 0. A loss still falling that fast has not shown what the input is worth."""
+        fit = slope(self.losses[len(self.losses) // 2:])
+        if fit is None:
+            return 0.0
+        b, error = fit
+        return -b * len(self.losses) if b < -2 * error else 0.0

@@ -15,11 +15,17 @@ from leaky.report.format import num, pct
 _VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "could not run": "yellow"}
 
 
+def _num(value) -> str:
+    """A number of the JSON: non-finite ones are written as strings ("inf"), float() reads them back."""
+    return num(float(value))
+
+
 def _overfit_cells(m: dict) -> str:
     if m.get("remaining") is None:
         return f"{len(m.get('losses') or [])} steps on the first batch"
-    text = (f"loss {num(m['first_loss'])} → {num(m['last_loss'])} on the first batch, {len(m['losses'])} steps; "
-            f"floor {num(m['loss_floor'])}\n{pct(m['remaining'])} of it left (passes at ≤ {pct(m['max_remaining'])})")
+    text = (f"loss {_num(m['first_loss'])} → {_num(m['last_loss'])} on the first batch, {len(m['losses'])} steps; "
+            f"floor {_num(m['loss_floor'])}\n{pct(float(m['remaining']))} of it left (passes at ≤ "
+            f"{pct(m['max_remaining'])})")
     return text
 
 
@@ -27,9 +33,8 @@ def _input_cells(m: dict) -> str:
     if m.get("zeroed_loss") is None or m.get("real_loss") is None:
         return ""
     scored = "held-out" if m["held_out"] else "last training"
-    text = (f"{scored} loss: real {num(m['real_loss'])}, zeroed {num(m['zeroed_loss'])}\n"
-            f"passes at real < zeroed − {num(m['margin'])} (noise)")
-    # NOTE: the JSON writes non-finite numbers as strings ("inf"); float() reads them back
+    text = (f"{scored} loss: real {_num(m['real_loss'])}, zeroed {_num(m['zeroed_loss'])}\n"
+            f"passes at real < zeroed − {_num(m['margin'])} (noise)")
     beaten = float(m["real_loss"]) < float(m["zeroed_loss"]) - float(m["margin"])   # then a lost input tells nothing
     if m.get("lost_at") and m["lost_at"].get("line") and not beaten:
         lost = m["lost_at"]
