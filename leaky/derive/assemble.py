@@ -56,7 +56,9 @@ class Assembly:
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(builder.nonfinite.items(), reverse=True))
         name = self.modules.name
-        cuts = tuple(Cut(c.kind, tuple(name(k) for k in c.producer), name(c.module), _source(c.where), c.step)
+        # NOTE: a producer is a module key, or the name of a module that holds the roots without
+        # running (its parameter was cut: `self.actor_logstd.detach()`)
+        cuts = tuple(Cut(c.kind, tuple(k if isinstance(k, str) else name(k) for k in c.producer), name(c.module), _source(c.where), c.step)
                      for c in rec.cuts.values())
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         losses_seen, inputs, weights = self._probe_stats(rec.probes, rec.init_sites)
@@ -171,15 +173,20 @@ class Assembly:
         # NOTE: an optimizer's tensors that no module owns are named by their shape; two of
         # one shape are told apart in the order the optimizers hold them.
         shapes: dict[str, int] = defaultdict(int)
+        held = {id(param): (holder, pname) for holder, pname, param in self.modules.holder_parameters()}
         for pid, param in self.params.opt_params.items():
-            if pid not in seen:
-                label = f"<param {tuple(param.shape)}>"
-                shapes[label] += 1
-                yield pid, self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
+            if pid in seen:
+                continue
+            if pid in held:   # owned by a module that holds the roots but never ran: named as the script names it
+                yield pid, self._one_param(pid, param, None, held[pid][1], holder=held[pid][0])
+                continue
+            label = f"<param {tuple(param.shape)}>"
+            shapes[label] += 1
+            yield pid, self._one_param(pid, param, None, label if shapes[label] == 1 else f"{label}#{shapes[label]}")
 
-    def _one_param(self, pid, param, key, pname) -> ParamStats:
+    def _one_param(self, pid, param, key, pname, holder: str | None = None) -> ParamStats:
         builder, table = self.builder, self.params
-        module = self.modules.name(key) if key is not None else None
+        module = self.modules.name(key) if key is not None else holder
         updates = list(builder.updates.get(pid, ()))
         ratios = [r for _, r, graded, _, _ in updates if r is not None and graded]
         graded_steps = [u for _, _, graded, u, _ in updates if graded]

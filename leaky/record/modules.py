@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import weakref
 from dataclasses import dataclass
 
 from torch import nn
@@ -50,6 +51,9 @@ class ModuleTracker:
         self._pre_hook = outside_graphs(self._pre)
         self._post_hook = outside_graphs(self._post)
         self.on_root_return = None   # (module, args, kwargs, output) after a root's forward (LK306's probe)
+        # modules that hold a root but never ran themselves (an agent whose methods run
+        # self.critic(x)): the variable naming each, for the parameters they own directly
+        self._holders: dict[int, tuple[str, weakref.ref]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> "ModuleTracker":
@@ -137,6 +141,23 @@ class ModuleTracker:
             cached = self._root_params[root] = any(True for _ in self.infos[root].module.parameters())
         return cached
 
+    def holder_parameters(self):
+        """(the variable naming the holder, the parameter's path in it, parameter) for the
+        parameters of the modules that hold a root without running (`agent`, `actor_logstd`
+        when only `agent.actor_mean` and `agent.critic` run)."""
+        for label, ref in self._holders.values():
+            holder = ref()
+            if holder is not None:
+                for pname, param in holder.named_parameters():
+                    yield label, pname, param
+
+    def producer_of(self, key: int | None, param) -> int | str | None:
+        """A parameter's module key; else the variable naming the module that holds a root
+        without running and owns it (`agent`, for a cut of `self.actor_logstd`)."""
+        if key is not None:
+            return key
+        return next((label for label, _, owned in self.holder_parameters() if owned is param), None)
+
     def parameters(self):
         """(module key, param name, parameter) for every parameter of every root."""
         for info in self.infos:
@@ -164,7 +185,9 @@ class ModuleTracker:
             self.on_root_return(module, args, kwargs, output)
 
     def _register_root(self, root: nn.Module) -> int:
-        variable = _variable_name(root)
+        variable, holder = _variable_name(root)
+        if holder is not None and id(holder) not in self._holders:
+            self._holders[id(holder)] = (variable.split(".")[0], weakref.ref(holder))
         root_key = len(self.infos)
         self.root_labels[root_key] = self._free_label(variable or type(root).__name__)
         for path, module in root.named_modules():
@@ -236,10 +259,11 @@ def _type_name(module: nn.Module) -> str:
     return name
 
 
-def _variable_name(module: nn.Module) -> str | None:
+def _variable_name(module: nn.Module) -> tuple[str | None, nn.Module | None]:
     """The name of a variable that holds this module in user code, or, for a module that a
     method runs as `self.critic(x)`, the variable that holds `self` and the attribute path
-    to the module: `agent.critic`. The innermost user frame that knows it wins."""
+    to the module: `agent.critic`. The innermost user frame that knows it wins. Second, the
+    module that variable holds when it is not this one (`agent`), else None."""
     target, suffix = module, ""
     frame = sys._getframe(1)
     while frame is not None:
@@ -249,10 +273,10 @@ def _variable_name(module: nn.Module) -> str | None:
                 name, holder, path = found
                 suffix = f".{path}{suffix}" if path else suffix
                 if name != "self":
-                    return name + suffix
+                    return name + suffix, (holder if holder is not module else None)
                 target = holder   # name self, the module that holds it, in the frames further out
         frame = frame.f_back
-    return f"{type(target).__name__}{suffix}" if suffix else None
+    return (f"{type(target).__name__}{suffix}", None) if suffix else (None, None)
 
 
 def _name_in_frame(frame, target: nn.Module) -> tuple[str, nn.Module, str] | None:

@@ -476,7 +476,7 @@ class Recorder(StepTracking):
     def _producer_modules(self, tensor: Tensor, depth: int = 8) -> tuple[int | None, ...]:
         """The modules whose ops produced this tensor, nearest first, through its ancestry."""
         if isinstance(tensor, nn.Parameter):
-            return (self.params.module_of(tensor),)
+            return (self.modules.producer_of(self.params.module_of(tensor), tensor),)
         found, frontier, seen = [], [tensor.grad_fn], set()
         for _ in range(depth):
             following = []
