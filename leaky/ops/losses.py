@@ -29,6 +29,11 @@ for _name, _expects in (("cross_entropy", LOGITS), ("binary_cross_entropy_with_l
                         ("huber_loss", VALUES)):
     register(OpRule(_name, loss=_expects, extra={"neutral": _NEUTRAL.get(_name)}))
 
+# NOTE: not a loss, but it normalises its input as cross_entropy does: log p = z − logsumexp(z).
+# torch.distributions.Categorical(logits=z) (a policy's action distribution) does exactly that,
+# so a softmax before it normalises twice, as before cross_entropy (LK301).
+register(OpRule("logsumexp", loss=LOGITS))
+
 
 # LK308: a loss's floor on one fixed batch, the least any output can score: the reference of
 # "a small fraction of the first loss". 0 for a hard target (one class, one exact value);
