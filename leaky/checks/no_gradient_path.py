@@ -60,6 +60,23 @@ def _related(a: str | None, b: str | None) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
+def _within(module: str | None, outer: str | None) -> bool:
+    return module is not None and outer is not None and (module == outer or module.startswith(outer + "."))
+
+
+def _feeds_cut(cut: Cut, module: str | None) -> bool:
+    """A module inside the one whose forward made the cut, beside what was cut: the
+    LayerNorm before the attention in `x = x + self.attn(self.ln(x)).detach()`. The cut's
+    producers are followed a few nodes back only, and an attention is deeper than that.
+
+    NOTE: only a module's own parameters that got no gradient at all are judged (LK108), so
+    a sibling that also feeds another path to the loss is never related this way."""
+    if module is None or cut.module is None or module == cut.module or not _within(module, cut.module):
+        return False
+    parent = module.rsplit(".", 1)[0] if "." in module else ""
+    return any(_within(producer, parent) and producer != parent for producer in cut.producer if producer)
+
+
 def _kind(cut: Cut) -> str:
     return cut.kind.split(":")[0]
 
@@ -72,7 +89,8 @@ def _find_cut(module: str | None, stats: AuditStats, none_trained: bool = False)
             return none_trained   # built from values whose origin is not known: the loss reached nothing else
         if cut.kind == ops.calls.NO_GRAD:
             return _related(cut.module, module)
-        return any(_related(producer, module) for producer in cut.producer)
+        return (any(_related(producer, module) for producer in cut.producer)
+                or (module in stats.modules_ran and _feeds_cut(cut, module)))
 
     candidates = [c for c in stats.cuts if related(c)]
     candidates.sort(key=lambda c: (_ORDER.index(_kind(c)), -(module in c.producer)))

@@ -19,9 +19,14 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 
 def snapshot(value: Any, depth: int = 2) -> Any:
-    """The call's inputs as they were: each tensor copied (a loader may reuse its buffers)."""
+    """The call's inputs as they were: each tensor copied (a loader may reuse its buffers).
+
+    NOTE: taken from inside a module hook while leaky's op mode runs: without the mode, so
+    that leaky's own .detach() is not recorded as the user's cut (LK108 named the model's
+    call line as a '.detach()' cutting the path)."""
     if isinstance(value, Tensor):
-        return value.detach().clone()
+        with torch._C.DisableTorchFunction():
+            return value.detach().clone()
     if depth and isinstance(value, dict) and type(value) is dict:
         return {k: snapshot(v, depth - 1) for k, v in value.items()}
     if depth and type(value) in (tuple, list):
