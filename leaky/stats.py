@@ -101,6 +101,9 @@ class ActivationStats:
     recent_mean_row_share: float | None = None
     recent_span: tuple[int, int] | None = None
     ran_steps: int | None = None   # the observed steps at which this site ran (None: every observed step)
+    # samples per unit per call: a batch, or 1 when a step feeds a sequence one sample at a time
+    # (an episode's states, tokens): those are consecutive and alike, not independent draws
+    samples_per_call: float | None = None
 
 
 @dataclass(frozen=True)

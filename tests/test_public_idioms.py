@@ -3,6 +3,7 @@ own: what leaky must say about them, and what it must not."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,8 @@ import leaky
 from leaky.cli import main
 from leaky.fix.metrics import measure
 from leaky.watch import Watch
+
+CORPUS = Path(__file__).parent / "corpus"
 
 
 class ThreeReluNet(nn.Module):
@@ -215,3 +218,18 @@ def test_a_hand_written_update_loop_gets_its_first_step_gradients_seen():
             for p in model.parameters():
                 p.data.add_(p.grad, alpha=-0.5)
     assert said == [] and run.report.findings == ()
+
+
+def test_relu_units_silent_on_one_stretch_of_episodes_are_not_called_dead(tmp_path):
+    """An actor-critic run one environment state at a time (pytorch/examples' actor_critic.py,
+    here the corpus's policy_collapse.py at that program's lr 0.03): each step's samples are
+    one episode's consecutive states, and as the policy narrows they are alike. 61 of the 128
+    relu units are silent on every state of episodes 46-50, but 29 of those fire on the states
+    a random policy visits (raw torch), and in pytorch/examples' CartPole run 51 of 62 such
+    units fired again on the program's own states by episode 200: not dead. Five episodes are
+    five samples of evidence, not ~50: too few to call a unit dead."""
+    out = tmp_path / "report.json"
+    main(["audit", "--steps", "50", "--no-table", "--json", str(out), str(CORPUS / "policy_collapse.py"),
+          "--episodes", "50", "--lr", "0.03"])
+    report = json.loads(out.read_text())
+    assert [f for f in report["findings"] if f["code"] == "LK102" and f["severity"] != "info"] == []

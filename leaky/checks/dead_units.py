@@ -193,8 +193,14 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue
         window_samples = act.samples * act.window // max(act.ran_steps or stats.steps, 1)
         # NOTE: samples are counted over the steps this layer ran at; per step they are the
-        # same, so this is the number of samples of one unit in the trailing window.
-        if window_samples < config.dead_min_samples:
+        # same, so this is the number of samples of one unit in the trailing window. A step
+        # that runs the layer once per sample of a sequence (an episode's states, one at a
+        # time) gives consecutive, alike samples, not independent draws: silence on them says
+        # the unit does not fire on that stretch of inputs, not on the data. The evidence is
+        # counted as the window's steps times the samples of one call (its batch).
+        independent = window_samples if act.samples_per_call is None else \
+            min(window_samples, act.window * act.samples_per_call)
+        if independent < config.dead_min_samples:
             continue
         share = act.dead_units / act.units
         severity = severity_above(share, config.dead_warning, config.dead_error)

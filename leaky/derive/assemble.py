@@ -135,6 +135,7 @@ class Assembly:
         builder, config = self.builder, self.recorder.config
         op = by_site[site]
         host = units.host()
+        per_call = units.samples / units.calls if units.calls else None   # this rank's calls
         if builder.global_units is not None and site in builder.global_units:
             merged = builder.global_units[site]
             host.update({k: v.detach().cpu().double().numpy() for k, v in merged.items() if k not in ("samples", "counted")})
@@ -162,7 +163,7 @@ class Assembly:
                                units.samples, dead, died, window, flat_share, stuck,
                                median_from_hist(host["hist"]), peaked, dict(units.detail),
                                _histogram(host, units), seen_dead, span, first_flat, first_share, *recent,
-                               ran_steps=units.ran_count or None)
+                               ran_steps=units.ran_count or None, samples_per_call=per_call)
 
     def _param_stats(self):
         owners = self.params.owners()

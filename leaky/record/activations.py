@@ -73,6 +73,7 @@ class UnitStats:
     unit_dim: int
     detail: dict = field(default_factory=dict)
     samples: int = 0                      # unit-samples per unit seen so far (host int)
+    calls: int = 0                        # ... in this many calls (samples / calls: a call's batch)
     counted: int = 0                      # ... of them in the calls whose rates were counted
     active: Tensor | None = None          # [units] samples with output > 0 (relu family), float64
     last_active: Tensor | None = None     # [units] last step with any output > 0, -1: never (float64)
@@ -124,6 +125,7 @@ class UnitStats:
         dims = other_dims(x.ndim, self.unit_dim)
         per_unit = x.numel() // max(self.units, 1)
         self.samples += per_unit
+        self.calls += 1
         if count:
             self.counted += per_unit
         if self.activation.can_die or self.detail.get("low") == 0.0:
