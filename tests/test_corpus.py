@@ -114,6 +114,8 @@ def _mutate(mutation: Mutation, tmp_path: Path) -> tuple[Path, int]:
     lines[hits[0]] = lines[hits[0]].replace(mutation.old, mutation.new)
     path = tmp_path / mutation.script
     path.write_text("\n".join(lines) + "\n")
+    for helper in CORPUS.glob("*_env.py"):   # what the programs import from beside them (balance_env)
+        (tmp_path / helper.name).write_text(helper.read_text())
     return path, hits[0] + 1
 
 
