@@ -21,6 +21,8 @@ class SeriesRow(NamedTuple):
     grad_norm: float | None      # total gradient norm of the stepping optimizer's parameters
     lr: float | None             # its first param group's learning rate
     optimizer: int | None = None  # index into AuditStats.optimizers of the optimizer that stepped
+    terms: int | None = None      # how many terms the loss summed (x.sum() over n elements; None:
+                                  # a mean, or not a sum): ops/reductions.py
 
 
 @dataclass

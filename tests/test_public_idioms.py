@@ -2,7 +2,9 @@
 own: what leaky must say about them, and what it must not."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from pathlib import Path
 
 import torch
@@ -11,8 +13,12 @@ from torch import nn
 
 import leaky
 from leaky.cli import main
+from leaky.finding import Severity
 from leaky.fix.metrics import measure
+from leaky.stats import SeriesRow
+from leaky.testing import optimizer, stats
 from leaky.watch import Watch
+from tests.check_cases import fires, quiet
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -233,3 +239,94 @@ def test_relu_units_silent_on_one_stretch_of_episodes_are_not_called_dead(tmp_pa
           "--episodes", "50", "--lr", "0.03"])
     report = json.loads(out.read_text())
     assert [f for f in report["findings"] if f["code"] == "LK102" and f["severity"] != "info"] == []
+
+
+GUESS = """
+import numpy as np, torch, torch.nn as nn
+from torch.distributions import Categorical
+torch.manual_seed(0)
+rng = np.random.default_rng(0)
+
+
+class Guess:
+    # reward 1 for each step the agent picks the side its first feature is on; a wrong pick
+    # or step 200 ends the episode: episodes lengthen as the policy learns
+    def reset(self):
+        self.t, self.s = 0, rng.normal(size=4).astype(np.float32)
+        return self.s
+
+    def step(self, action):
+        right = action == int(self.s[0] > 0)
+        self.t, self.s = self.t + 1, rng.normal(size=4).astype(np.float32)
+        return self.s, 1.0, (not right) or self.t >= 200
+
+
+policy = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2))
+value = nn.Linear(4, 1)
+opt = torch.optim.Adam([*policy.parameters(), *value.parameters()], lr=1e-2)
+env = Guess()
+lengths = []
+for episode in range(40):
+    s, logps, values, rewards = env.reset(), [], [], []
+    while True:
+        x = torch.from_numpy(s)
+        m = Categorical(logits=policy(x))
+        a = m.sample()
+        logps.append(m.log_prob(a))
+        values.append(value(x))
+        s, r, done = env.step(a.item())
+        rewards.append(r)
+        if done:
+            break
+    R, returns = 0.0, []
+    for r in rewards[::-1]:
+        R = r + 0.99 * R
+        returns.insert(0, R)
+    returns = torch.tensor(returns)
+    returns = (returns - returns.mean()) / (returns.std(correction=0) + 1e-8)
+    policy_loss = torch.cat([(-lp * R).reshape(1) for lp, R in zip(logps, returns)]).sum()
+    value_loss = torch.stack([(v - R) ** 2 for v, R in zip(values, returns)]).sum()
+    opt.zero_grad()
+    (policy_loss + value_loss).backward()
+    opt.step()
+    lengths.append(len(rewards))
+"""
+
+
+def test_each_steps_loss_is_known_as_a_sum_over_its_episode():
+    """An episode per step, its loss the sum of one term per environment step (actor-critic:
+    the policy terms summed plus the value terms summed): the series records how many terms
+    each step's loss added up, the episode's length, so that steps of different lengths are
+    compared per term (LK104's spike, LK205's rise)."""
+    scope: dict = {}
+    with leaky.audit(steps=None) as audit:
+        exec(compile(GUESS, "guess.py", "exec"), scope)
+    assert [row.terms for row in audit.stats.series] == scope["lengths"]
+    assert max(scope["lengths"]) >= 4 * min(scope["lengths"])
+
+
+def _episodes(norms_per_term, losses_per_term, terms):
+    return stats(steps=len(terms), used_optimizer=True, optimizers=(optimizer(kind="Adam", lr=3e-2),),
+                 series=tuple(SeriesRow(step, loss * n, norm * n, 3e-2, 0, n)
+                              for step, (loss, norm, n) in enumerate(zip(losses_per_term, norms_per_term, terms))))
+
+
+def test_a_long_episode_is_no_gradient_spike_and_its_loss_no_divergence():
+    """pytorch/examples actor_critic.py under `leaky watch`, run to the end: after 5,000
+    episodes of ~9 steps, a 500-step episode's gradient norm was 334, '134× the median 2.49'
+    (LK104); reinforce.py's summed loss 'rose from 0.395 to 10.6' as its episodes grew from
+    26 to 187 steps (LK205) while the reward rose from 51 to 187. Per term the norm is 0.67
+    against ~0.27 and the loss 0.019 -> 0.061, within its step-to-step spread (raw torch).
+    Hand-built series of that shape: quiet per term; without the term counts, both fire."""
+    rng = random.Random(0)
+    terms = [rng.randint(8, 11) for _ in range(60)] + [500] + [rng.randint(8, 11) for _ in range(5)]
+    per_term = [0.27 * rng.uniform(0.7, 1.3) for _ in terms]
+    per_term[60] = 0.67   # the 500-step episode: 335 in all, ~134x the median of the ~9-step ones
+    loss = [rng.gauss(0.02, 0.05) for _ in terms]
+    quiet("LK104", _episodes(per_term, loss, terms))
+    rising = [int(9 + 3 * i) for i in range(66)]   # episodes growing 9 -> 204 steps
+    grow_loss = [0.05 + 0.00025 * i + rng.gauss(0, 0.005) for i in range(66)]   # per term: 0.05 -> 0.066
+    quiet("LK205", _episodes([0.3] * 66, grow_loss, rising))
+    no_terms = lambda s: dataclasses.replace(s, series=tuple(r._replace(terms=None) for r in s.series))  # noqa: E731
+    assert fires("LK104", no_terms(_episodes(per_term, loss, terms))).severity is Severity.WARNING
+    assert fires("LK205", no_terms(_episodes([0.3] * 66, grow_loss, rising))).severity is Severity.WARNING

@@ -41,6 +41,19 @@ class Objective:
     resets: tuple[int, ...] = ()            # steps after which the target or the lr jumped
     moving_target: bool = False             # weights outside every optimizer changed in training
     lrs: tuple[float | None, ...] = ()      # the learning rate at each row (first param group)
+    terms: tuple[int | None, ...] = ()      # how many terms each row's loss summed (SeriesRow.terms)
+
+    def per_term(self) -> tuple[tuple[tuple[int, float], ...], int, int] | None:
+        """(the rows divided by their number of terms, the fewest, the most) when every row's
+        loss is a sum whose number of terms varies from step to step (an episode per step):
+        a long episode's loss is larger for its length alone, so only the loss per term is
+        one quantity from step to step. None otherwise."""
+        if len(self.terms) != len(self.rows) or not self.terms or None in self.terms:
+            return None
+        fewest, most = min(self.terms), max(self.terms)
+        if fewest == most or fewest <= 0:
+            return None
+        return tuple((step, loss / n) for (step, loss), n in zip(self.rows, self.terms)), fewest, most
 
     def warming_up(self, config: AuditConfig) -> tuple[float, float] | None:
         """(first, last) learning rate when it rose `lr_jump` (2×) or more over the rows: a warmup."""
@@ -98,10 +111,12 @@ def objectives(stats: AuditStats, config: AuditConfig) -> list[Objective]:
     """One objective per optimizer that stepped on losses of its own, in optimizer order."""
     by_optimizer: dict[int | None, list[tuple[int, float]]] = {}
     lrs: dict[int | None, list[float | None]] = {}
+    terms: dict[int | None, list[int | None]] = {}
     for row in stats.series:
         if row.loss is not None:
             by_optimizer.setdefault(row.optimizer, []).append((row.step, row.loss))
             lrs.setdefault(row.optimizer, []).append(row.lr)
+            terms.setdefault(row.optimizer, []).append(row.terms)
     own = set(by_optimizer)
     result = []
     for index, rows in by_optimizer.items():
@@ -109,7 +124,7 @@ def objectives(stats: AuditStats, config: AuditConfig) -> list[Objective]:
                        + sorted(i for i, j in stats.coupled_optimizers if j == index and i in own and i != index))
         resets = tuple(sorted(set(stats.target_syncs) | set(_lr_restarts(stats, index, config))))
         result.append(Objective(index, tuple(rows), tuple(dict.fromkeys(rivals)), resets, bool(stats.target_syncs),
-                                tuple(lrs[index])))
+                                tuple(lrs[index]), tuple(terms[index])))
     return sorted(result, key=lambda o: -1 if o.optimizer is None else o.optimizer)
 
 

@@ -60,9 +60,21 @@ def _norm_series(stats: AuditStats) -> list[tuple[int, float]]:
     return [(row.step, row.grad_norm) for row in stats.series if row.grad_norm is not None]
 
 
+def _per_term(stats: AuditStats) -> tuple[list[tuple[int, float]], int, int] | None:
+    """The norms divided by the number of terms their step's loss summed, with the fewest and
+    the most, when every step's loss is a sum whose number of terms varies (an episode per
+    step): the gradient of a sum of n terms grows with n, up to n times one term's. Else None."""
+    rows = [row for row in stats.series if row.grad_norm is not None]
+    terms = [row.terms for row in rows]
+    if not rows or None in terms or min(terms) == max(terms) or min(terms) <= 0:
+        return None
+    return [(row.step, row.grad_norm / row.terms) for row in rows], min(terms), max(terms)
+
+
 def _spike(stats: AuditStats, config: AuditConfig) -> Finding | None:
     """The first step whose norm is over spike_factor times the median of the finite norms
-    before it (at least spike_min_history of them).
+    before it (at least spike_min_history of them); per summed term when the loss sums a
+    number of terms that varies by step (`_per_term`).
 
     NOTE: the median of the earlier steps is kept as two heaps (the lower half, the upper
     half) as the steps are walked: O(n log n) a pass. A list and `statistics.median` per step
@@ -70,12 +82,15 @@ def _spike(stats: AuditStats, config: AuditConfig) -> Finding | None:
     took seconds (the same medians, bit for bit: tests/test_properties.py)."""
     lower: list[float] = []   # the smaller half, negated (heapq is a min-heap)
     upper: list[float] = []
-    for index, (step, norm) in enumerate(_norm_series(stats)):
+    summed = _per_term(stats)
+    series, per = (_norm_series(stats), "") if summed is None else \
+        (summed[0], f" per summed term (its loss adds up {summed[1]} to {summed[2]} terms, a different number at each step)")
+    for index, (step, norm) in enumerate(series):
         finite = math.isfinite(norm)
         if index >= config.spike_min_history and finite and len(lower) + len(upper) >= config.spike_min_history:
             median = -lower[0] if len(lower) > len(upper) else (-lower[0] + upper[0]) / 2
             if median > 0 and norm > config.spike_factor * median:
-                message = (f"at step {step} the total gradient norm is {num(norm)}, "
+                message = (f"at step {step} the total gradient norm{per} is {num(norm)}, "
                            f"{num(norm / median)}× the median {num(median)} of the steps before it.")
                 return Finding("exploding-gradient", "LK104", Severity.WARNING, message, _FIX, None, None, None,
                                step, {"grad_norm": norm, "median_before": median})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 from leaky.checks import register
 from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose, with_cause
@@ -46,6 +47,13 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
                         {"nonfinite_step": curve.nonfinite_step, "optimizer": objective.optimizer})
     if objective.competing or curve.steps < config.loss_min_steps or not math.isfinite(curve.start):
         return None
+    summed = objective.per_term()
+    if summed is not None:
+        # NOTE: a sum over a varying number of terms (an episode's): its rise is judged per term
+        rows, fewest, most = summed
+        objective = replace(objective, rows=rows)
+        curve = curve_of(rows, config.loss_min_steps)
+        of += f" per summed term (it adds up {fewest} to {most} terms, a different number at each step)"
     if objective.moving_target:
         if objective.resets_too_frequent(config):
             return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from leaky.ops import activations, arithmetic, calls, dead_zones, layers, losses, movement  # noqa: F401  (register)
+from leaky.ops.reductions import summed_terms
 from leaky.ops.activations import LECUN
 from leaky.ops.arithmetic import SCALED_LOSS_NODE
 from leaky.ops.losses import LOG_PROBABILITIES, LOGITS, PROBABILITIES, VALUES
@@ -44,7 +45,7 @@ def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
 __all__ = ["ACCUMULATE", "BOUNDS", "FILL", "IDENTITY", "LEAKY", "LECUN", "SCALED_LOSS_NODE", "STRAIGHT_THROUGH", "COMPILED", "LOGITS", "LOG_INPUT", "LOG_PROBABILITIES", "PROBABILITIES",
            "SOFTMAX_DIM", "VALUES", "Activation", "Init", "NodeTraits", "OpRule", "REGISTRY", "Traits", "Zone", "calls",
            "family", "module_rule", "node_name", "node_rule", "node_traits", "on_change", "register", "registered",
-           "rule", "traits", "unregister",
+           "rule", "summed_terms", "traits", "unregister",
            "vocabulary", "where"]
 
 

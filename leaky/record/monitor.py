@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from leaky import ops
 from leaky.record import distributed
 from leaky.stats import SeriesRow
 from leaky.record.compiled import outside_graphs
@@ -59,13 +60,15 @@ class StepMonitor:
 
     def __init__(self, batch: int = 64) -> None:
         self.batch = batch
-        self.pending: list[tuple[int, Tensor | None, Tensor | None, float | None, int | None]] = []
+        # (step, loss, total gradient norm, lr, optimizer index, terms the loss summed)
+        self.pending: list[tuple[int, Tensor | None, Tensor | None, float | None, int | None, int | None]] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
         # last step, or since the last zero_grad() if one came after them. NOTE: gradients
         # accumulate, so the step applies the gradient of that sum (a GAN discriminator's
         # real + fake losses; k micro-batches of accumulation); a closure that zeroes the
         # gradients before each evaluation (LBFGS) leaves the last evaluation's loss.
         self.loss: Tensor | None = None
+        self.terms: int | None = None   # ... and how many terms it sums (ops.summed_terms)
         self._zeroed = False
 
     def note_zero_grad(self) -> None:
@@ -75,6 +78,9 @@ class StepMonitor:
         if self._zeroed:
             self.loss, self._zeroed = None, False
         if loss.numel() == 1 and loss.is_floating_point() and not loss.is_meta:
+            terms = ops.summed_terms(loss.grad_fn)
+            self.terms = terms if self.loss is None else None if terms is None or self.terms is None \
+                else self.terms + terms
             # NOTE: no grad mode needed: a detached tensor's copy and sum join no graph. This
             # runs at every backward of a watch: each tensor call here was 8-23 µs in place
             # on this CPU (4 of them before, 2 now for a 0-d loss).
@@ -104,8 +110,8 @@ class StepMonitor:
                 finally:
                     torch._C._set_grad_enabled(grad_on)
         lr = _learning_rate(optimizer)
-        self.pending.append((step, self.loss, norm, lr, index))
-        self.loss, self._zeroed = None, False
+        self.pending.append((step, self.loss, norm, lr, index, self.terms))
+        self.loss, self.terms, self._zeroed = None, None, False
 
     def due(self) -> bool:
         return len(self.pending) >= self.batch
@@ -127,15 +133,15 @@ class StepMonitor:
         if any(isinstance(row[2], _Sharded) for row in self.pending):
             return None
         with torch._C.DisableTorchFunction():
-            return [v.float().reshape(()) for _, loss, norm, _, _ in self.pending for v in (loss, norm) if v is not None]
+            return [v.float().reshape(()) for _, loss, norm, *_ in self.pending for v in (loss, norm) if v is not None]
 
     def rows(self, host: list[float]) -> list[SeriesRow]:
         """The pending steps as rows, given their staged values on the host."""
         pending, self.pending = self.pending, []
         values = iter(host)
         return [SeriesRow(step, next(values) if loss is not None else None,
-                          next(values) if norm is not None else None, lr, index)
-                for step, loss, norm, lr, index in pending]
+                          next(values) if norm is not None else None, lr, index, terms)
+                for step, loss, norm, lr, index, terms in pending]
 
 
 _GRAD = operator.attrgetter("grad")
@@ -171,11 +177,11 @@ def _combine_shards(pending: list) -> list:
     with torch._C.DisableTorchFunction(), torch.no_grad():
         summed = iter(distributed.sum_across_ranks([row[2].shards.float() for row in sharded]))
         combined = []
-        for step, loss, norm, lr, index in pending:
+        for step, loss, norm, lr, index, terms in pending:
             if isinstance(norm, _Sharded):
                 total = next(summed)
                 norm = (total if norm.plain is None else total + norm.plain.float()).sqrt()
-            combined.append((step, loss, norm, lr, index))
+            combined.append((step, loss, norm, lr, index, terms))
     return combined
 
 
