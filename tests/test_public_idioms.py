@@ -330,3 +330,45 @@ def test_a_long_episode_is_no_gradient_spike_and_its_loss_no_divergence():
     no_terms = lambda s: dataclasses.replace(s, series=tuple(r._replace(terms=None) for r in s.series))  # noqa: E731
     assert fires("LK104", no_terms(_episodes(per_term, loss, terms))).severity is Severity.WARNING
     assert fires("LK205", no_terms(_episodes([0.3] * 66, grow_loss, rising))).severity is Severity.WARNING
+
+
+GAN = """
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+netG = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(8, 8), nn.ReLU())], nn.Linear(8, 2))
+netD = nn.Sequential(nn.Linear(2, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1), nn.Sigmoid())
+optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
+optG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+for step in range(12):
+    real = torch.randn(32, 2) * 0.5 + 1.0
+    netD.zero_grad()
+    errD_real = F.binary_cross_entropy(netD(real).squeeze(1), torch.ones(32))
+    errD_real.backward()
+    fake = netG(torch.randn(32, 8))
+    errD_fake = F.binary_cross_entropy(netD(fake.detach()).squeeze(1), torch.zeros(32))  # MARK: discriminator
+    errD_fake.backward()
+    optD.step()
+    netG.zero_grad()
+    errG = F.binary_cross_entropy(netD(fake.detach()).squeeze(1), torch.ones(32))  # MARK: generator
+    errG.backward()
+    optG.step()
+"""
+
+
+def test_the_cut_that_starves_the_generator_is_the_one_in_its_own_step(tmp_path):
+    """A DCGAN detaches the fake images for the discriminator's step on purpose; a second
+    .detach() in the generator's step (planted in pytorch/examples dcgan/main.py) starves the
+    generator. Every starved layer is named at that second line, the one made in a step the
+    generator's own optimizer ended, not at the discriminator's (the first line that cut the
+    same tensor), including the first layers of a deep generator, beyond the nearest modules
+    a cut records."""
+    path = tmp_path / "gan.py"
+    path.write_text(GAN)
+    lines = GAN.splitlines()
+    mark = {name: next(i for i, text in enumerate(lines, 1) if text.endswith(f"# MARK: {name}"))
+            for name in ("discriminator", "generator")}
+    out = tmp_path / "report.json"
+    main(["audit", "--steps", "all", "--no-table", "--json", str(out), str(path)])
+    cut = [f for f in json.loads(out.read_text())["findings"] if f["code"] == "LK108"]
+    assert {f["module"] for f in cut} == {f"netG.{i}" for i in range(0, 13, 2)}
+    assert {(f.get("cause") or {}).get("line") for f in cut} == {mark["generator"]}

@@ -51,7 +51,19 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         if not stats.used_optimizer and param.root not in trained_roots and param.module not in stats.modules_ran:
             continue   # only evaluated, under no_grad, in a model none of whose parameters got a gradient
         cut_off[param.module].append(param)
-    return [_finding(module, params, stats, none_trained) for module, params in cut_off.items()]
+    cuts = {module: _find_cut(module, stats, none_trained, _optimizers(params)) for module, params in cut_off.items()}
+    # NOTE: a cut records the few modules nearest the tensor it cut: the first layers of a
+    # deep model starved by a cut of its output are behind the cut found for its later ones
+    of_root: dict = {}
+    for module, params in cut_off.items():
+        if cuts[module] is not None:
+            of_root.setdefault(params[0].root, cuts[module])
+    return [_finding(module, params, stats, cuts[module] or of_root.get(params[0].root))
+            for module, params in cut_off.items()]
+
+
+def _optimizers(params) -> frozenset:
+    return frozenset(p.optimizer for p in params if p.optimizer is not None)
 
 
 def _related(a: str | None, b: str | None) -> bool:
@@ -81,7 +93,10 @@ def _kind(cut: Cut) -> str:
     return cut.kind.split(":")[0]
 
 
-def _find_cut(module: str | None, stats: AuditStats, none_trained: bool = False) -> Cut | None:
+def _find_cut(module: str | None, stats: AuditStats, none_trained: bool = False,
+              optimizers: frozenset = frozenset()) -> Cut | None:
+    """The cut that takes `module`'s output off the loss's path; `optimizers`: those that hold
+    its starved parameters."""
     def related(cut: Cut) -> bool:
         if _kind(cut) == ops.calls.LEAF:
             return True   # nothing before the loss gets a gradient
@@ -93,7 +108,12 @@ def _find_cut(module: str | None, stats: AuditStats, none_trained: bool = False)
                 or (module in stats.modules_ran and _feeds_cut(cut, module)))
 
     candidates = [c for c in stats.cuts if related(c)]
-    candidates.sort(key=lambda c: (_ORDER.index(_kind(c)), -(module in c.producer)))
+    # NOTE: of two cuts of the same output (a GAN's fake images, detached for the
+    # discriminator's step on purpose and, by mistake, for the generator's too), the one
+    # made in a step that the parameters' own optimizer ended is the one that starves them.
+    stepped_by = {row.step: row.optimizer for row in stats.series}
+    candidates.sort(key=lambda c: (_ORDER.index(_kind(c)), stepped_by.get(c.step, -1) not in optimizers,
+                                   -(module in c.producer)))
     return candidates[0] if candidates else None
 
 
@@ -122,10 +142,9 @@ def _rebuilt(cut: Cut, module: str | None, stats: AuditStats) -> tuple[str, Caus
     return what, Cause.at(cut.source, label)
 
 
-def _finding(module: str | None, params, stats: AuditStats, none_trained: bool = False) -> Finding:
+def _finding(module: str | None, params, stats: AuditStats, cut: Cut | None) -> Finding:
     names = ", ".join(p.name for p in params)
     count = sum(_numel(p.shape) for p in params)
-    cut = _find_cut(module, stats, none_trained)
     cause = None
     head = (f"{names} ({count} values, trainable) received no gradient in any of the "
             f"{stats.steps} observed steps")
