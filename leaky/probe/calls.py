@@ -13,10 +13,11 @@ import sys
 import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
 from leaky.record.modules import remove_global_hook
-from leaky.record.sites import _is_internal
+from leaky.record.sites import SourceLocator, _is_internal
 
 
 def _is_data(value) -> bool:
@@ -133,3 +134,30 @@ class ModelCalls:
 
     def after_model(self, module, args, kwargs, output) -> None:
         return None
+
+
+class FirstStepCalls(ModelCalls):
+    """Model calls, with every op handed to `_on_call(func, args, kwargs)` (a torch-function
+    mode) and every optimizer step to `_on_step(optimizer, args, kwargs)`: what the probes
+    that follow the first step's data (its batch, its targets, its rows) share."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._locator = SourceLocator()
+        self._mode = _Mode(self._on_call)
+
+    def __enter__(self):
+        super().__enter__()
+        self._handles.append(register_optimizer_step_post_hook(self._on_step))
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+        super().__exit__(*exc)
+
+    def _on_call(self, func, args, kwargs):
+        raise NotImplementedError
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        raise NotImplementedError

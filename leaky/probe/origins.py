@@ -26,15 +26,13 @@ from __future__ import annotations
 import weakref
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from leaky.probe.calls import ModelCalls, _is_data, _Mode, _tensors
-from leaky.record.sites import SourceLocator
+from leaky.probe.calls import FirstStepCalls, _is_data, _tensors
 
 _PRUNE = 4096   # forget the tensors that died when the table has grown by this many
 
 
-class TargetOrigins(ModelCalls):
+class TargetOrigins(FirstStepCalls):
     """Which tensors a model's outputs made, and the first that is a target (see the module doc)."""
 
     def __init__(self) -> None:
@@ -45,17 +43,8 @@ class TargetOrigins(ModelCalls):
         self.found: dict | None = None
         self._made: dict[int, tuple[weakref.ref, dict]] = {}   # id -> (tensor, the model call it came from)
         self._size = 0
-        self._locator = SourceLocator()
-        self._mode = _Mode(self._on_call)
-
-    def __enter__(self) -> "TargetOrigins":
-        super().__enter__()
-        self._handles.append(register_optimizer_step_post_hook(self._on_step))
-        self._mode.__enter__()
-        return self
 
     def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
         super().__exit__(*exc)
         self._made.clear()
 

@@ -31,11 +31,9 @@ import weakref
 from dataclasses import dataclass
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from leaky.config import AuditConfig
-from leaky.probe.calls import ModelCalls, _is_data, _Mode, _tensors
-from leaky.record.sites import SourceLocator
+from leaky.probe.calls import FirstStepCalls, _is_data, _tensors
 
 _MOST_ROWS = 10_000_000   # a data set larger than this is not followed (its row index would be large)
 
@@ -73,7 +71,7 @@ class Rows:
         return Rows(self.base, self.size, self.made, positions, self.steps + (Step(order, where, index),), single)
 
 
-class RowTrace(ModelCalls):
+class RowTrace(FirstStepCalls):
     """The rows the first model call's input and the first step's targets hold (see the module doc)."""
 
     def __init__(self) -> None:
@@ -84,18 +82,6 @@ class RowTrace(ModelCalls):
         self._rows: dict[int, tuple[weakref.ref, Rows]] = {}
         self._bases = itertools.count()
         self._order = itertools.count()
-        self._locator = SourceLocator()
-        self._mode = _Mode(self._on_call)
-
-    def __enter__(self) -> "RowTrace":
-        super().__enter__()
-        self._handles.append(register_optimizer_step_post_hook(self._on_step))
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
-        super().__exit__(*exc)
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         self.done = True

@@ -34,10 +34,9 @@ import weakref
 import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from leaky import ops
-from leaky.probe.calls import ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors
+from leaky.probe.calls import FirstStepCalls, ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors
 from leaky.probe.floor import LossTerms
 from leaky.record.sites import SourceLocator
 
@@ -48,7 +47,7 @@ _SHAPE_ONLY = {"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros"
                "new_full", "new_tensor", "size", "dim", "numel"}
 
 
-class FirstBatchReplay(ModelCalls):
+class FirstBatchReplay(FirstStepCalls):
     """The first optimizer step's batch, replayed at every later step (see the module doc)."""
 
     def __init__(self) -> None:
@@ -68,18 +67,6 @@ class FirstBatchReplay(ModelCalls):
         self._calls: dict = {}
         self._calling: tuple | None = None
         self._lead = None
-        self._locator = SourceLocator()
-        self._mode = _Mode(self._on_call)
-
-    def __enter__(self) -> "FirstBatchReplay":
-        super().__enter__()
-        self._handles.append(register_optimizer_step_post_hook(self._on_step))
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
-        super().__exit__(*exc)
 
     @property
     def recorded(self) -> int:
