@@ -58,6 +58,7 @@ class Trial:
     modules: object = None              # the audit's ModuleTracker: paths and types of the modules
     failure: ScriptFailure | None = None   # how the program failed: Python's exit status and traceback
     held_out_as: list[str] = field(default_factory=list)   # what the held-out steps changed to score (measure)
+    lrs: list[float | None] = field(default_factory=list)   # the lead optimizer's learning rate at each of `losses`
 
     @property
     def steps(self) -> int:
@@ -93,6 +94,7 @@ class StepControl:
         self._make_holdout_fix = holdout_fix     # a fix that acts on the held-out steps only
         self.holdout_fix = None
         self.losses: list[torch.Tensor | float] = []
+        self.lrs: list[float | None] = []        # the lead optimizer's first group's rate at each step
         self.holdout: list[torch.Tensor | float] = []
         self._loss: torch.Tensor | None = None
         self._lead = None
@@ -170,6 +172,9 @@ class StepControl:
         loss, self._loss = self._loss, None
         value = loss if loss is not None else float("nan")
         (self.holdout if saved is not None else self.losses).append(value)
+        if saved is None:
+            rate = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+            self.lrs.append(float(rate) if isinstance(rate, (int, float)) else None)
         if self.on_step is not None:
             self.on_step(len(self.losses) + len(self.holdout), self.steps + self.holdout_steps)
         if self.frozen and self._make_holdout_fix is not None and self.holdout_fix is None:
@@ -253,4 +258,4 @@ def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: in
     return Trial(offset, label, losses, held, seconds, status, failure.summary if failure else None,
                  fix.applied if fix else [], audit.report, audit.stats, tail, control.backward_site,
                  control.module_sites, audit.recorder.modules, failure,
-                 list(getattr(control.holdout_fix, "applied", None) or []))
+                 list(getattr(control.holdout_fix, "applied", None) or []), list(control.lrs))

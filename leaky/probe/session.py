@@ -202,7 +202,7 @@ def _overfit(trial, config: ProbeConfig, audit: tuple[AuditNote, ...]) -> ProbeO
     floor = floors[-1]
     stats = OverfitStats(tuple(run.losses), config.steps, floor, floor_what, config.overfit_tail, audit,
                          run.backward_site, replay.recorded, tuple(floors) if len(set(floors)) > 1 else (), known,
-                         replay.terms.tied(run.losses[-1]) if known else None)
+                         replay.terms.tied(run.losses[-1]) if known else None, tuple(run.lrs))
     measured.update({"first_loss": stats.first, "last_loss": stats.last, "loss_floor": floor, "floor_what": floor_what,
                      "floor_known": known, "first_floor": stats.first_floor,
                      "remaining": stats.remaining, "max_remaining": config.overfit_fraction,

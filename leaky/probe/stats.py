@@ -65,6 +65,7 @@ class OverfitStats:
     # floor.tied_floor: (floor, distinct outputs, rows) when the model gives several rows of
     # different targets one output at the last step (a bigram: one token of context), else None
     tied: tuple[float, int, int] | None = None
+    lrs: tuple[float | None, ...] = ()    # the learning rate in force at each step (a scheduler's decay)
 
     @property
     def remaining_tied(self) -> float | None:
@@ -129,13 +130,24 @@ class OverfitStats:
         first half. Then the pace it approaches its limit at is slower than e^(-K/2τ) = 1/2,
         τ > 0.72 K: what it tends to is not in sight after K steps, and a stall is not shown.
         Returns the ratio of the two paces when steady, else None. A model that stalls (a cut
-        path: only a bias learns, and quickly) falls fast at first, then not at all."""
+        path: only a bias learns, and quickly) falls fast at first, then not at all. Each pace
+        is per unit of the learning rate in force (`lrs`), when a scheduler moved it."""
         half = len(self.losses) // 2
         first, last = slope(self.losses[:half]), slope(self.losses[half:])
         if first is None or last is None or not last[0] < -2 * last[1] or first[0] >= 0:
             return None
-        ratio = last[0] / first[0]
+        # NOTE: one step changes the loss by about lr times a gradient statistic: where a
+        # scheduler lowered the rate in force (StepLR per epoch), each half's pace is per unit
+        # of its mean rate, and a fall slowed only by the decay is still steady.
+        ratio = last[0] / first[0] * self._rate_ratio(half)
         return ratio if ratio >= 0.5 else None
+
+    def _rate_ratio(self, half: int) -> float:
+        """The first half's mean learning rate over the last half's (1 when not known)."""
+        rates = self.lrs[:len(self.losses)]
+        if len(rates) != len(self.losses) or any(r is None or not r > 0 for r in rates):
+            return 1.0
+        return (sum(rates[:half]) / half) / (sum(rates[half:]) / (len(rates) - half))
 
     def _left(self, loss: float | None, step: int, floor: float | None = None) -> float | None:
         first, start = self.first, self.first_floor
