@@ -314,7 +314,7 @@ def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace, TargetOrigins
     worse = base.score > run.score + result.noise.margin
     # NOTE: real inputs that do worse are "used, not learned yet" below, unless the targets
     # came from a model (then the losses are not comparable at all)
-    why = input_ignored.undecided(stats) if not found and (not worse or stats.targets_from_model is not None) \
+    why = input_ignored.undecided(stats, config) if not found and (not worse or stats.targets_from_model is not None) \
         and base.score >= run.score - result.noise.margin else None
     if why is not None:
         return ProbeOutcome("LK309", NOT_RUN, f"not decided: the real inputs do {'worse' if worse else 'no better'} "
