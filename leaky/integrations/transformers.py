@@ -3,13 +3,15 @@
     from leaky.integrations.transformers import LeakyCallback
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[LeakyCallback()])
 
-Findings are announced once (main process), added to the Trainer's logs as
-`leaky/findings` and `leaky/errors`, and kept in `store` if given.
+As `leaky watch` does, each warning and error is announced once (main process) in one line
+(step, code, name, place, headline), and every finding is told in full once, at the end of
+training. The counts are added to the Trainer's logs as `leaky/findings` and `leaky/errors`,
+the findings kept in `store` if given; `callback.report` and `callback.findings` after.
 """
 from __future__ import annotations
 
 from leaky.integrations import require
-from leaky.integrations._callback import WatchSettings
+from leaky.integrations._callback import WatchSettings, live_line
 
 _tf = require("transformers", "transformers")
 
@@ -23,9 +25,9 @@ class LeakyCallback(_tf.TrainerCallback, WatchSettings):
         self.start_watch(lambda f, step: self._announce(state, f, step), "transformers.Trainer", [name])
 
     def _announce(self, state, finding, step) -> None:
-        if state.is_world_process_zero:
-            print(f"leaky: step {step}: {finding.severity.value} {finding.code} {finding.name} at "
-                  f"{finding.where}: {finding.message}")
+        line = live_line(finding, step)
+        if line is not None and state.is_world_process_zero:
+            print(line)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.watch is None or logs is None:
@@ -36,4 +38,6 @@ class LeakyCallback(_tf.TrainerCallback, WatchSettings):
             state.log_history[-1].update(counts)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.stop_watch()
+        text = self.stop_watch()
+        if text is not None and state.is_world_process_zero:
+            print(text)
