@@ -347,3 +347,40 @@ def test_every_1_sees_a_unit_fire_at_any_step_and_counts_rates_every_10(tmp_path
     assert units.active.tolist() == [0, 8, 0]
     assert inputs == {30 * 8}
     assert arriving == 30 * 8 * 3
+
+
+def test_a_grad_scaler_made_before_the_watch_is_seen_by_every_check_pass(monkeypatch):
+    """A check pass runs while the heap is frozen (record/collector.py), and a scaler made
+    before `leaky.watch()` is among the frozen objects: the pass must still find it, or
+    LK107 reports the overflow step that the scaler skips (and LK304 says no scaler is
+    active). Here the scale doubles every step until float16 overflows at step 7."""
+    import importlib
+    watch_module = importlib.import_module("leaky.watch")
+    scalers = []
+    original = watch_module.run_all
+
+    def seen(stats, config):
+        scalers.append((stats.series[-1].step, stats.loss_scaler))
+        return original(stats, config)
+
+    monkeypatch.setattr(watch_module, "run_all", seen)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=1)
+    scales = []
+    with leaky.watch(every=1) as run:
+        for _ in range(30):
+            x = torch.randn(64, 16)
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.mse_loss(model(x).float(), torch.tanh(x[:, :1]))
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+    overflowed = [step for step, (a, b) in enumerate(zip(scales, scales[1:]), 1) if b < a]
+    assert overflowed and any(e.phase == "backward" for e in run.stats.nonfinite)   # the scaler skipped steps
+    after = [scale for step, scale in scalers if step >= overflowed[0]]
+    assert after and all(scale is not None for scale in after), scalers
+    assert not [f for f in run.announced.values() if f.code == "LK107"]

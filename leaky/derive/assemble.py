@@ -9,9 +9,7 @@ per-module table.
 from __future__ import annotations
 
 import copy
-import gc
 import math
-import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -63,7 +61,7 @@ class Assembly:
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         losses_seen, inputs, weights = self._probe_stats(rec.probes, rec.init_sites)
         series = tuple(sorted(builder.series, key=lambda row: row.step))
-        scaler = _loss_scaler() if any(op.underflow_share is not None for op in ops) else None
+        scaler = _loss_scaler(rec.heap) if any(op.underflow_share is not None for op in ops) else None
         return AuditStats(
             steps=builder.steps, backward_calls=rec.backward_calls, used_optimizer=bool(rec.optimizers), ops=ops,
             activations=activations, params=params, recurrences=recurrences,
@@ -324,17 +322,10 @@ def _death_steps(last_fired: np.ndarray, observed: list[int]) -> tuple[tuple[int
     return tuple(int(s) + 1 for s in fired), tuple(int(s) for s in seen)
 
 
-def _loss_scaler() -> dict | None:
-    """A live, enabled torch.amp.GradScaler and its current scale (one gc scan, at the end)."""
-    scaler_types = tuple(t for t in (getattr(torch.amp, "GradScaler", None),
-                                     getattr(getattr(torch, "cuda", None) and torch.cuda.amp, "GradScaler", None))
-                         if isinstance(t, type))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for obj in gc.get_objects():
-            try:
-                if isinstance(obj, scaler_types) and obj.is_enabled():
-                    return {"scale": float(obj.get_scale())}
-            except Exception:
-                continue
-    return None
+def _loss_scaler(heap) -> dict | None:
+    """A live, enabled GradScaler and its current scale (the recorder's heap scan, at each pass)."""
+    scaler = heap.grad_scaler()
+    try:
+        return None if scaler is None else {"scale": float(scaler.get_scale())}
+    except Exception:   # a scaler in a state leaky does not know: as if none were found
+        return None

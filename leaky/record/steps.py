@@ -6,7 +6,6 @@ once to the host, the cheap series is batched, and the next step is sampled or n
 """
 from __future__ import annotations
 
-import warnings
 from contextlib import contextmanager
 
 import torch
@@ -90,7 +89,7 @@ class StepTracking:
         if type(loss.grad_fn).__name__ != ops.SCALED_LOSS_NODE:
             return loss
         if self._scaler is None:
-            self._scaler = _live_grad_scaler(self.heap.live_objects()) or False
+            self._scaler = self.heap.grad_scaler() or False
         scale = getattr(self._scaler, "_scale", None) if self._scaler else None
         if scale is None or not self._scaler.is_enabled():
             return loss
@@ -144,7 +143,7 @@ class StepTracking:
         """No live optimizer holds the parameters seen (looked up once, after a backward)."""
         if self._optimizer_exists is None:
             trained = {id(p) for p in self.params.tracked()}
-            self._optimizer_exists = bool(trained) and _live_optimizer_over(trained, self.heap.live_objects())
+            self._optimizer_exists = bool(trained) and self.heap.holds_optimizer_over(trained)
         return not self._optimizer_exists
 
     def _before_opt_step(self, optimizer, args, kwargs):
@@ -382,33 +381,3 @@ class StepTracking:
         if self._bad_seen or host.backward_bad:
             return
         self.clean_sites.update(site for site, numel in zip(host.forward_sites, host.forward_numel) if numel)
-
-
-
-def _live_grad_scaler(objects: list):
-    """An enabled torch.amp.GradScaler among `objects` (the collector's, one scan), if any."""
-    kinds = tuple(t for t in (getattr(torch.amp, "GradScaler", None),) if isinstance(t, type))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for obj in objects:
-            try:
-                if kinds and isinstance(obj, kinds) and obj.is_enabled():
-                    return obj
-            except Exception:
-                continue
-    return None
-
-
-def _live_optimizer_over(param_ids: set[int], objects: list) -> bool:
-    """Whether a live optimizer among `objects` (the collector's, one scan) holds one of these parameters."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # isinstance on lazy proxies may warn
-        for obj in objects:
-            try:
-                if not isinstance(obj, torch.optim.Optimizer):
-                    continue
-                if any(id(p) in param_ids for group in obj.param_groups for p in group["params"]):
-                    return True
-            except Exception:
-                continue
-    return False
