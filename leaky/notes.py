@@ -6,7 +6,9 @@ person can tell "leaky looked and found nothing" from "leaky did not judge this"
 """
 from __future__ import annotations
 
-from leaky.checks._loss import objectives
+import statistics
+
+from leaky.checks._loss import judged_within_periods, objectives
 from leaky.config import AuditConfig
 from leaky.numbers import line_of
 from leaky.optimizers import rule_of
@@ -46,11 +48,20 @@ def moving_target(stats: AuditStats, config: AuditConfig) -> list[str]:
         return []
     syncs = sorted(set(stats.target_syncs))
     gaps = [b - a for a, b in zip(syncs, syncs[1:])]
-    every = f"every ~{sorted(gaps)[len(gaps) // 2]} steps" if gaps else f"at step {syncs[0]}"
-    judged = ("it is judged within the periods between changes" if gaps and sorted(gaps)[len(gaps) // 2]
-              >= config.loss_min_period else "no period between changes is long enough to judge the loss's trend")
+    every = f"every ~{statistics.median(gaps):g} steps" if gaps else f"at step {syncs[0]}"
+    judged = ("it is judged within the periods between changes" if _judged_within_periods(stats, config)
+              else "no period between changes is long enough to judge the loss's trend")
     return [f"weights that no optimizer trains changed {every} (a target network synced from the trained one, or "
             f"an EMA copy): the loss is measured against a moving target, so {judged} (LK204, LK205)."]
+
+
+def _judged_within_periods(stats: AuditStats, config: AuditConfig) -> bool:
+    """As LK204 and LK205 decide it: per objective, over the target's syncs and that optimizer's
+    learning-rate restarts (the syncs alone when no loss is followed outside a game)."""
+    followed = [o for o in objectives(stats, config) if not o.competing]
+    if not followed:
+        return judged_within_periods(stats.target_syncs, config)
+    return any(judged_within_periods(o.resets, config) for o in followed)
 
 
 NOTES = (unbanded_optimizers, competing_objectives, moving_target)

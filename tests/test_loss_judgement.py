@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -114,6 +115,21 @@ def test_a_loss_rising_within_each_period_of_a_synced_target_diverges():
     found = run_all(stats(series=_rows(losses), optimizers=(_optimizer(0),), target_syncs=syncs), CONFIG)
     assert _codes(found) == ["LK205"]
     assert "within the periods" in _find(found, "LK205").message
+
+
+@pytest.mark.parametrize("gaps, judged", [((2, 6, 9, 12), False), ((8, 9, 10, 12), True)])
+def test_the_note_says_what_the_checks_decide_about_judging_within_periods(gaps, judged):
+    """Sync gaps [2, 6, 9, 12]: the median 7.5 is under loss_min_period (8), where the upper
+    median 9 is not. The loss triples within every period: LK205 reports it exactly when the
+    periods are judged, and the run's note says the same."""
+    syncs = tuple(20 + sum(gaps[:i]) for i in range(len(gaps) + 1))
+    cuts = (0,) + syncs
+    losses = [1.0 + 2.0 * (step - max(c for c in cuts if c <= step)) / 12 for step in range(syncs[-1] + 12)]
+    moving = stats(series=_rows(losses), optimizers=(_optimizer(0),), target_syncs=syncs)
+    assert ("LK205" in _codes(run_all(moving, CONFIG))) is judged
+    note = next(note for note in run_notes(moving) if "moving target" in note)
+    assert ("judged within the periods" in note) is judged
+    assert ("no period between changes is long enough" in note) is not judged
 
 
 def test_a_target_updated_every_step_leaves_only_overflow_to_judge():

@@ -92,9 +92,16 @@ class Objective:
 
     def resets_too_frequent(self, config: AuditConfig) -> bool:
         """Resets every few steps (a soft target update each step): no period to judge."""
-        cuts = sorted(set(self.resets))
-        gaps = [b - a for a, b in zip(cuts, cuts[1:])]
-        return not gaps or statistics.median(gaps) < config.loss_min_period
+        return not judged_within_periods(self.resets, config)
+
+
+def judged_within_periods(resets, config: AuditConfig) -> bool:
+    """Whether a loss is judged within the periods between these resets (target syncs, lr
+    restarts): the median gap between them is at least `loss_min_period` steps. LK204, LK205
+    and the run's note (leaky/notes.py) all decide it here."""
+    cuts = sorted(set(resets))
+    gaps = [b - a for a, b in zip(cuts, cuts[1:])]
+    return bool(gaps) and statistics.median(gaps) >= config.loss_min_period
 
 
 @dataclass(frozen=True)
