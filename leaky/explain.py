@@ -3,9 +3,17 @@
 A check that judges ops by their rules (leaky/ops) ends its page with the ops it knows
 today, written from those rules: the page and the check's messages draw on one text, and
 an op rule registered later appears on the page with no page edited.
+
+A page writes a threshold as `{{config.FIELD:FORMAT}}` and an op's local derivative as
+`{{op.NAME}}`; both are filled in when the page is rendered, from the config in force and
+the op's rule, so a number or a derivative is written once:
+
+    **warning** when the share is ≥ {{config.dead_zone_warning:.0%}}   ->  ≥ 25%
+    # {{op.clamp}}                                                    ->  # d/dx clamp(x, lo, hi) = 1 inside [lo, hi] ...
 """
 from __future__ import annotations
 
+import re
 from importlib import resources
 from typing import Callable
 
@@ -14,6 +22,9 @@ from rich.table import Table
 
 from leaky import ops
 from leaky.checks import CHECKS, lookup
+from leaky.config import AuditConfig
+
+_FIELD = re.compile(r"\{\{(config|op)\.(\w+)(?::([^}]*))?\}\}")
 
 
 def _grouped(pairs) -> list[str]:
@@ -64,9 +75,24 @@ OPS_SECTIONS: dict[str, tuple[str, Callable[[], list[str]]]] = {
 }
 
 
-def page_text(key: str) -> str:
+def _filled(text: str, config: AuditConfig) -> str:
+    """The page with each `{{config.FIELD:FORMAT}}` and `{{op.NAME}}` replaced (an unknown name raises)."""
+    def value(match: re.Match) -> str:
+        kind, name, spec = match.groups()
+        if kind == "config":
+            return format(getattr(config, name), spec or "")
+        rule = ops.rule(name)
+        if rule is None:
+            raise KeyError(f"no op rule named {name!r}")
+        return rule.zero.derivative if rule.zero is not None else rule.derivative
+    return _FIELD.sub(value, text)
+
+
+def page_text(key: str, config: AuditConfig | None = None) -> str:
+    """A check's page, its thresholds read from `config` (the defaults when None)."""
     check = lookup(key)
     text = resources.files("leaky").joinpath("pages", f"{check.code}-{check.name}.md").read_text("utf-8")
+    text = _filled(text, config or AuditConfig())
     section = OPS_SECTIONS.get(check.code)
     if section is not None:
         heading, lines = section

@@ -103,3 +103,24 @@ def test_a_check_s_page_lists_the_ops_it_knows_from_their_rules():
     with ops.registered(HARDSHRINK):
         assert f"`hardshrink`: {HARDSHRINK.zero.derivative}" in page_text("dead-zone")
     assert ops.rule("sigmoid").activation.formula in page_text("LK101")
+
+
+def test_lk106_s_page_states_the_rules_derivatives_and_the_config_s_thresholds():
+    """The page's math is the op rules' text, the rules agree with autograd at the bounds,
+    and its thresholds are the config in force, not numbers copied into the page."""
+    from leaky.checks import CHECKS
+    from leaky.config import AuditConfig
+    from leaky.explain import page_text
+
+    math = page_text("LK106").split("## The math")[1].split("## How leaky measures it")[0]
+    for name in ("clamp", "hardtanh", "round", "where"):
+        assert ops.rule(name).zero.derivative in math
+    x = torch.tensor([-1.0, 0.0, 1.0, 2.0], requires_grad=True)
+    (clamp,) = torch.autograd.grad(x.clamp(-1, 1).sum(), x)
+    (hardtanh,) = torch.autograd.grad(F.hardtanh(x).sum(), x)
+    assert clamp.tolist() == [1, 1, 1, 0] and "inside [lo, hi]" in ops.rule("clamp").zero.derivative
+    assert hardtanh.tolist() == [0, 1, 0, 0] and "strictly inside (lo, hi)" in ops.rule("hardtanh").zero.derivative
+    config = AuditConfig(dead_zone_loss_warning=0.07, dead_zone_mass_error=0.6)
+    page = page_text("LK106", config)
+    assert "≥ 7%" in page and "≥ 60%" in page and "≥ 5%" not in page
+    assert all("{{" not in page_text(code) for code in CHECKS)
