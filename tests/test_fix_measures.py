@@ -256,3 +256,34 @@ def test_a_clamp_into_probabilities_is_scored_on_the_programs_own_loss(tmp_path)
     data = json.loads(out.read_text())
     assert data["measure"]["own_loss"] is True
     assert data["fixes"] and all(f["verdict"] in ("helps", "no effect", "hurts") for f in data["fixes"])
+
+
+def test_the_before_after_column_reads_the_share_lk106_judges_a_bounded_activation_by():
+    """A relu6 is judged by its unit-samples at the upper bound (the lower one is ReLU
+    sparsity, LK102's); its backward also zeroes the negative ones. `leaky fix`'s column
+    must show the share the finding rests on, not the backward's."""
+    import torch.nn.functional as F
+
+    import leaky
+    from leaky.fix.metrics import measure
+    from leaky.numbers import pct
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU6(), nn.Linear(64, 1))
+    with torch.no_grad():
+        model[0].weight.mul_(20)   # pre-activations of ~±40 around a bias of 3: many past either bound
+        model[0].bias.fill_(3.0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with leaky.audit() as audit:
+        for _ in range(10):
+            x = torch.randn(128, 16)
+            loss = F.mse_loss(model(x), x[:, :1])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    findings = audit.report.findings
+    (finding,) = [f for f in findings if f.code == "LK106"]
+    backward = next(op.zeroed_share for op in audit.stats.ops if op.op == finding.op)
+    assert backward > 1.5 * finding.evidence["zeroed_share"]   # the two measures differ here
+    assert measure(finding, audit.stats, list(findings)) == ("gradient elements zeroed",
+                                                             pct(finding.evidence["zeroed_share"]))

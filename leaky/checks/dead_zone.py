@@ -48,17 +48,14 @@ from leaky.stats import AuditStats, OpStats
 
 @register("LK106", "dead-zone", "an op whose local derivative is exactly 0 on a large share of elements")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
-    flat = {act.site: act.flat_share for act in stats.activations}
+    shares = judged_shares(stats)
     by_site = {op.site: op for op in stats.ops}
     findings = []
     for op in stats.ops:
-        rule = ops.rule(op.op)
-        kind = None if rule is None else rule.zero
-        if kind is None or op.steps == 0:
-            continue
-        share = _share(op, kind, flat)
+        share = shares.get(op.site)
         if share is None:
             continue
+        kind = ops.rule(op.op).zero
         on_loss_path = op.loss_path and kind is not SELECT
         judged_by = "elements"      # the measure the severity rests on (`leaky fix` shows it before and after)
         if on_loss_path:
@@ -100,6 +97,24 @@ def _by_mass(op: OpStats, config: AuditConfig) -> Severity | None:
 def _worst(a: Severity | None, b: Severity | None) -> Severity | None:
     found = [s for s in (a, b) if s is not None]
     return max(found, key=lambda s: s.rank) if found else None
+
+
+def judged_shares(stats: AuditStats) -> dict[int, float]:
+    """Site -> the element share LK106 judges the op there by (`leaky fix` shows it before and
+    after): of the elements reaching it with a gradient, those it sends on as 0; for a bounded
+    activation (hardtanh, relu6), the unit-samples at a bound in the forward pass. Ops it does
+    not judge are left out."""
+    flat = {act.site: act.flat_share for act in stats.activations}
+    shares = {}
+    for op in stats.ops:
+        rule = ops.rule(op.op)
+        kind = None if rule is None else rule.zero
+        if kind is None or op.steps == 0:
+            continue
+        share = _share(op, kind, flat)
+        if share is not None:
+            shares[op.site] = share
+    return shares
 
 
 def _share(op: OpStats, kind: ops.Zone, flat: dict[int, float | None]) -> float | None:

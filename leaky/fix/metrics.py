@@ -10,6 +10,7 @@ import math
 from typing import Callable
 
 from leaky.checks._depth import depth_profile
+from leaky.checks.dead_zone import judged_shares
 from leaky.finding import Finding
 from leaky.numbers import num, pct
 from leaky.stats import AuditStats
@@ -63,15 +64,17 @@ def _dead(finding, stats):
 
 @metric("LK106", "gradient elements zeroed")
 def _zeroed(finding, stats):
-    """The share the finding was judged by (its evidence's `judged_by`): of the elements, or
-    of the gradient's mass Σ|g| arriving (a clamp on the loss path that zeroes few elements
+    """The share the finding was judged by (its evidence's `judged_by`): of the elements, as
+    LK106 reads it (a bounded activation's share at a bound, dead_zone.judged_shares), or of
+    the gradient's mass Σ|g| arriving (a clamp on the loss path that zeroes few elements
     carrying most of the gradient)."""
     if finding.source is None:
         return None
     by_mass = finding.evidence.get("judged_by") == "gradient mass"
     at_line = [op for op in stats.ops if op.source is not None
                and (op.source.file, op.source.line) == (finding.source.file, finding.source.line)]
-    shares = [s for op in at_line if (s := op.zeroed_mass_share if by_mass else op.zeroed_share) is not None]
+    judged = {} if by_mass else judged_shares(stats)
+    shares = [s for op in at_line if (s := op.zeroed_mass_share if by_mass else judged.get(op.site)) is not None]
     value = pct(max(shares)) if shares else pct(0.0)
     return ("gradient mass zeroed", value) if by_mass else value
 
