@@ -87,11 +87,21 @@ def test_lk302_a_zero_init_output_few_layers_and_a_zigzag_are_quiet():
 
 
 # -- LK303 unnormalized-input --------------------------------------------------------------
-def _raw_input(mean, std, flat_share: float):
+def _raw_input(mean, std, flat_share: float, weights=()):
     ops = (op(site=0, module="fc1"), op(site=1, op="sigmoid", module="act"))
     act = activation(site=1, op="sigmoid", module="act", flat_share=flat_share)
     data = input_stats(site=0, module="fc1", mean=mean, std=std, source=source(line=140))
-    return stats(steps=20, ops=ops, activations=(act,), inputs=(data,))
+    return stats(steps=20, ops=ops, activations=(act,), inputs=(data,), weights=weights)
+
+
+def test_lk303_claims_only_the_saturation_its_inputs_cause_through_a_fan_based_init():
+    # 2 features into 64 sigmoid units: Xavier std sqrt(2/66) = 0.174, z scale sqrt(2)·0.174·rms(x)
+    layer = (weight(site=0, module="fc1", shape=(64, 2), std=5.0),)
+    # rms(x) = 3.0: z scale 0.74, P(|z| > 5.99) ≈ 5e-16: the 95% flat is the weights' (LK302)
+    quiet("LK303", _raw_input((4.0, 0.0), (1.0, 1.0), flat_share=0.95, weights=layer))
+    # rms(x) = 41.2: z scale 10.2, 56% flat on their own: a warning, whatever the 95% both make
+    finding = fires("LK303", _raw_input((30.0, 0.1), (50.0, 1.0), flat_share=0.95, weights=layer))
+    assert finding.severity is Severity.WARNING and 0.5 < finding.evidence["flat_share_alone"] < 0.6
 
 
 def test_lk303_raw_features_that_saturate_the_first_layer():

@@ -236,11 +236,11 @@ def test_real_reports_are_in_the_order_the_page_says(name):
     assert len(_cards(page)) == len(report["findings"])
 
 
-def test_sigmoid_big_init_puts_the_input_scale_before_the_saturation_it_explains():
+def test_sigmoid_big_init_puts_the_weight_scale_before_the_saturation_it_explains():
     report = _audit("sigmoid-big-init")
     page = render_html(report)
     cards = _cards(page)
-    scale = next(c for c in cards if c[1] == "LK303")
+    scale = next(c for c in cards if c[1] == "LK302")
     saturated = next(c for c in cards if c[1] == "LK101")
     assert saturated[3] == scale[0] == saturated[0] - 1
     assert "root cause comes first in its group" in html.unescape(LEDE_RE.search(page).group(1))

@@ -257,11 +257,12 @@ def test_a_saturated_sigmoid_explains_the_vanishing_gradient_it_causes():
     assert vanishing.evidence["explained_by"] == ["LK101"] and "LK101" in vanishing.fix
     assert vanishing.cause.line == saturated.source.line
     text = render_text(report, width=80)
-    screen = text.splitlines()[:24]
-    root = next(i for i, line in enumerate(screen) if "LK303 unnormalized-input" in line)
-    assert any(line.strip().startswith("fix: Standardise") for line in screen[root:])
-    told = [line for line in screen if "↳" in line]
+    screen = text.splitlines()[:30]
+    root = next(i for i, line in enumerate(screen) if "LK302 bad-initialization" in line)   # test_saturation_root
+    told = [line for line in screen[root:] if "↳" in line]
     assert any("LK101" in line for line in told) and any("LK103" in line for line in told), text
+    inputs = next(i for i, line in enumerate(screen) if "LK303 unnormalized-input" in line)
+    assert any(line.strip().startswith("fix: Standardise") for line in screen[inputs:])
 
 
 def test_a_healthy_sigmoid_stack_that_vanishes_is_not_explained_by_saturation():

@@ -1,10 +1,12 @@
-"""Which nonlinearity follows a layer: LK302 and LK303 both need it."""
+"""Which nonlinearity follows a layer, and how much of it a pre-activation scale leaves flat:
+LK302 and LK303 both need them."""
 from __future__ import annotations
 
 import bisect
 import math
 
 from leaky import ops
+from leaky.config import AuditConfig
 from leaky.stats import ActivationStats, AuditStats
 
 def _order(stats: AuditStats):
@@ -40,3 +42,14 @@ def expected_std(family: str | None, fan_in: int, fan_out: int) -> tuple[float, 
     (ops: each activation family's Init; none, or an unknown one: what follows is linear)."""
     init = ops.init_for(family)
     return init.std(fan_in, fan_out), init.text
+
+
+def flat_share_at(family: str | None, scale: float, config: AuditConfig) -> float | None:
+    """The share of pre-activations z ~ N(0, scale²) in the activation's flat region, where
+    its derivative is below `flat_derivative_share` of its maximum: P(|z| > e) = erfc(e / (scale·√2)),
+    e its flat edge (ops). For a layer z = W x with i.i.d. weights of std s and fan-in n,
+    z has scale sqrt(n)·s·rms(x). None when the family has no flat region (ReLU, linear)."""
+    found = ops.family(family)
+    if found is None or found.flat_beyond is None or not scale > 0:
+        return None
+    return math.erfc(found.flat_beyond(config.flat_derivative_share) / (scale * math.sqrt(2)))

@@ -7,14 +7,19 @@ s = sqrt(2/n); Xavier (tanh/sigmoid) uses s = sqrt(2/(n_in + n_out)). Off by a f
 per layer, the signal after L layers is off by g^L. Units with identical weights compute
 the same output and get the same gradient, so no amount of training separates them.
 Everything here is measured on the first observed step: the initialisation.
+
+What it explains (`@explainer`): the saturation (LK101) of the sigmoid/tanh right after an
+over-scaled weight, when the weight alone puts it there: on standardised inputs its units'
+pre-activations have scale sqrt(n)·s, and a Gaussian of that scale has P(|z| > e) in the
+flat region (e its edge, ~6 for sigmoid), at or above LK101's warning share.
 """
 from __future__ import annotations
 
 import math
 
-from leaky.checks import register
-from leaky.checks._layers import expected_std, following_activation
-from leaky.checks._util import num, severity_above
+from leaky.checks import explainer, register
+from leaky.checks._layers import expected_std, flat_share_at, following_activation
+from leaky.checks._util import num, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats, WeightStats
@@ -78,14 +83,35 @@ def _scale(weight: WeightStats, stats: AuditStats, config: AuditConfig) -> Findi
         return None
     op = stats.op(weight.site)
     after = f"the {family} after it" if family else "no nonlinearity after it"
+    gain = math.sqrt(weight.fan_in) * weight.std
     message = (f"{weight.module}.{weight.param} starts with std {num(weight.std)}, {num(ratio)}× the fan-based "
                f"std {num(expected)} for fan-in {weight.fan_in} and {after}: each unit's pre-activation is "
-               f"sqrt(fan_in)·std ≈ {num(math.sqrt(weight.fan_in) * weight.std)}× its input's scale.")
+               f"sqrt(fan_in)·std ≈ {num(gain)}× its input's scale.")
+    evidence = {"std": weight.std, "expected_std": expected, "ratio": ratio, "fan_in": weight.fan_in,
+                "fan_out": weight.fan_out, "next_nonlinearity": family}
+    alone = flat_share_at(family, gain, config)
+    if alone is not None and alone >= config.saturated_warning:
+        # what LK101 at that activation follows from (the explainer below)
+        evidence["saturates"] = {"module": act.module, "op": act.op, "flat_share_on_standardised_inputs": alone}
+        message += (f" Even on standardised inputs {pct(alone)} of {act.module or act.op}'s pre-activations "
+                    f"would sit in the flat region of {family}.")
     return Finding("bad-initialization", "LK302", severity, message, f"Re-initialise it: {init}.", weight.module,
-                   op.op if op else weight.kind, _where(weight, op), None,
-                   {"std": weight.std, "expected_std": expected, "ratio": ratio, "fan_in": weight.fan_in,
-                    "fan_out": weight.fan_out, "next_nonlinearity": family},
+                   op.op if op else weight.kind, _where(weight, op), None, evidence,
                    init_cause(stats, weight, f"std {num(weight.std)}, {num(ratio)}× the fan-based {num(expected)}"))
+
+
+@explainer("LK302")
+def _explains_the_saturation_it_causes(root: Finding, symptom: Finding) -> str | None:
+    """The saturated sigmoid/tanh (LK101) right after the over-scaled weight, when the weight
+    alone, on standardised inputs, would leave at least LK101's warning share of it flat."""
+    saturates = root.evidence.get("saturates")
+    if symptom.code != "LK101" or not saturates or symptom.module != saturates["module"] \
+            or symptom.op != saturates["op"]:
+        return None
+    gain = math.sqrt(root.evidence["fan_in"]) * root.evidence["std"]
+    return (f"{root.module}'s weights alone scale each pre-activation of {symptom.module or symptom.op} to "
+            f"{num(gain)}× its input's, so that even on standardised inputs "
+            f"{pct(saturates['flat_share_on_standardised_inputs'])} of them would sit in the flat region")
 
 
 def _depth(stats: AuditStats, config: AuditConfig) -> Finding | None:

@@ -23,6 +23,17 @@ def _tanh_share(t):
     return 1 - t * t
 
 
+def _sigmoid_flat_beyond(c: float) -> float:
+    # 4 s(1-s) = c at s = (1 + sqrt(1-c)) / 2, that is z = logit(s)
+    s = (1 + math.sqrt(1 - c)) / 2
+    return math.log(s / (1 - s))
+
+
+def _tanh_flat_beyond(c: float) -> float:
+    # 1 - tanh(z)^2 = c at z = atanh(sqrt(1-c))
+    return math.atanh(math.sqrt(1 - c))
+
+
 def hardtanh_bounds(args: tuple, kwargs: dict) -> tuple[float, float]:
     """(min_val, max_val) of a hardtanh call, as the user wrote it."""
     low = kwargs.get("min_val", args[1] if len(args) > 1 else -1.0)
@@ -39,9 +50,10 @@ LECUN = Init("lecun", "linear")                              # what follows is l
 RELU = Activation("relu", can_die=True, nonnegative=True, init=KAIMING_RELU)
 THRESHOLD = Activation("relu", can_die=True, init=KAIMING_RELU)      # threshold(x, t, value): value may be < 0
 SIGMOID = Activation("sigmoid", _sigmoid_share, max_derivative=0.25,
-                     formula="sigmoid local gradient s(1−s) is at most 0.25", init=XAVIER_SIGMOID)
+                     formula="sigmoid local gradient s(1−s) is at most 0.25", init=XAVIER_SIGMOID,
+                     flat_beyond=_sigmoid_flat_beyond)
 TANH = Activation("tanh", _tanh_share, max_derivative=1.0, formula="tanh local gradient 1−tanh² is at most 1",
-                  init=XAVIER_TANH)
+                  init=XAVIER_TANH, flat_beyond=_tanh_flat_beyond)
 HARDTANH = Activation("hardtanh", init=XAVIER, bounded=True)
 SOFTMAX = Activation("softmax", init=XAVIER, rows=True)
 SOFTMAX_NODE = "SoftmaxBackward"

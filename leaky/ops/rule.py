@@ -63,6 +63,9 @@ class Activation:
     nonnegative: bool = False                     # outputs are never below 0 (relu, not threshold)
     max_derivative: float | None = None           # the derivative's maximum (sigmoid 1/4, tanh 1)
     formula: str | None = None                    # its local derivative and that maximum, in words
+    # the |z| beyond which its derivative is below the share c of that maximum (sigmoid ~5.99 at
+    # c = 0.01): where its flat region begins, for a pre-activation scale to be judged against
+    flat_beyond: Callable[[float], float] | None = None
     init: Init | None = None                      # what a layer feeding it wants (None: lecun, gain linear)
     rows: bool = False                            # a softmax: judged per row (peaked rows), not per unit
     bounded: bool = False                         # flat outside [lo, hi] read from the call (hardtanh)
@@ -92,6 +95,9 @@ class OpRule:
     matmul: bool = False                          # a matrix product (a recurrence's W_hh @ h)
     mixes: bool = False                           # each output's gradient reaches many inputs (matmul, conv)
     chooses: bool = False                         # elementwise max/min of two tensors: picks a branch per element
+    # each output element depends only on the input elements at its own place (broadcast aside):
+    # record/bypass.py walks down through these to find a saturating op's own input going around it
+    elementwise: bool = False
     # only scales: given one of its nodes, (the index in next_functions of the input it multiplies
     # by a single number c, c, p) for x * c**p (x / 0.1, logit_scale * x, -x); None where it does more
     scales: Callable[[Any], tuple[int, Any, int] | None] | None = None
