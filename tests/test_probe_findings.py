@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from leaky.cli import main
 
 K = ["--steps", "100", "--holdout", "10", "--repeats", "1"]
@@ -290,3 +292,52 @@ def test_cannot_overfit_a_softplus_head_onto_negative_targets_at_the_head(tmp_pa
                          ("linear.py", SOFTPLUS.replace(", HEAD", "").replace("TARGET", "t"))):
         code, data, _ = probe(tmp_path, source, name=name)
         assert verdicts(data)["LK308"] == "pass", (name, data["probes"][0]["reason"])
+
+
+# -- data that is not a strided tensor ------------------------------------------------------
+
+GRAPH = """\
+import torch
+from torch import nn
+import torch.nn.functional as F
+torch.manual_seed(0)
+n, f, c = 120, 16, 3
+labels = torch.randint(0, c, (n,))
+features = (F.one_hot(labels, c).float() @ torch.randn(c, f) + 0.5 * torch.randn(n, f)).to_sparse()
+links = torch.eye(n) + (labels[:, None] == labels[None, :]).float() * (torch.rand(n, n) < 0.05).float()
+norm = torch.diag(links.sum(1) ** -0.5).to_sparse()        # D^-1/2 (I + A) D^-1/2, built sparse
+adj = norm @ links.to_sparse() @ norm
+
+
+class GraphNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(f, 32), nn.Linear(32, c)
+
+    def forward(self, x, a):
+        h = torch.relu(torch.sparse.mm(a, self.w1(x.to_dense())))
+        return F.log_softmax(torch.sparse.mm(a, self.w2(h)), dim=1)
+
+
+model = GraphNet()
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for step in range(300):
+    opt.zero_grad()
+    loss = F.nll_loss(model(features, adj), labels)
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_sparse_data_is_probed_and_never_breaks_the_program(tmp_path):
+    """A graph network (pytorch/examples gcn) builds its features and adjacency sparse. The
+    input trace compared rows with `t[:1]`, which a sparse tensor cannot do: the program died
+    at its own `torch.diag(...).to_sparse()` line under `leaky probe` (NotImplementedError,
+    aten::as_strided on SparseCPU). A sparse tensor is taken to vary, and what the trace
+    cannot read ends the trace, never the program."""
+    code, data, _ = probe(tmp_path, GRAPH)
+    got = verdicts(data)
+    assert got["LK309"] == "pass", data["probes"]
+    assert got["LK308"] in ("pass", "could not run"), data["probes"]
+    assert code in (0, 2)

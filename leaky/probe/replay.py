@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 
 from leaky import ops
+from leaky.config import AuditConfig
 from leaky.probe.calls import FirstStepCalls, ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors
 from leaky.probe.floor import LossTerms
 from leaky.record.sites import SourceLocator
@@ -296,17 +297,25 @@ class InputTrace(ModelCalls):
 
     def _on_call(self, func, args, kwargs):
         out = func(*args, **kwargs)
-        if not self.live:
+        if not self.live or (self.done and not self._active):
             return out
-        if not self.done and not self._active:
-            self._note_constant(func, args, kwargs, out)
-            return out
-        if not self._active:
-            return out
+        try:
+            if not self._active:
+                self._note_constant(func, args, kwargs, out)
+            else:
+                self._follow(func, args, kwargs, out)
+        except Exception:   # it only reads: an op it cannot read ends the trace, never the program
+            if AuditConfig().strict:
+                raise
+            self.done, self._active, self.lost, self.reached = True, False, None, None
+        return out
+
+    def _follow(self, func, args, kwargs, out) -> None:
+        """An op of the traced model call: which of its outputs still carry the input."""
         given = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
         inputs = [t for t in given if id(t) in self._informative]
         if not inputs:
-            return out
+            return
         name = getattr(func, "__name__", "")
         # varying inputs made constant by a weight that trains, or inputs constant already: carried
         carried = all(id(t) in self._carried for t in inputs) or \
@@ -326,7 +335,6 @@ class InputTrace(ModelCalls):
                 self._informative.pop(id(t), None)
                 if self._candidate is None:
                     self._candidate = self._at(name)
-        return out
 
     def _note_constant(self, func, args, kwargs, out) -> None:
         """Before the first model call: data that varied over the batch, made the same for
@@ -359,9 +367,13 @@ class InputTrace(ModelCalls):
 
 
 def _varies(t: torch.Tensor) -> bool:
-    """Whether the samples of a batch (dim 0) differ."""
+    """Whether the samples of a batch (dim 0) differ. A sparse or otherwise unstrided tensor
+    (a graph's adjacency, a sparse feature matrix) is taken to vary: rows of it cannot be
+    compared without making it dense, and the trace must never claim a loss it did not see."""
     if t.dim() == 0 or t.shape[0] < 2 or t.numel() == 0:
         return False
+    if t.layout != torch.strided:
+        return True
     with torch.no_grad():
         return bool((t != t[:1]).any())
 
