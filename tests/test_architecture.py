@@ -191,3 +191,17 @@ def test_op_vocabulary_is_spelled_out_only_in_leaky_ops():
             continue
         found.extend(f"{where}:{line} {text!r}" for line, text in _literals(path) if _vocabulary_word(text, names, nodes))
     assert found == []
+
+
+def test_every_check_file_is_discovered_and_registers_in_code_order():
+    """A check is one file in leaky/checks/ (helpers start with an underscore): it is found
+    and registered without a hand-written list, every file registers at least one check, and
+    the catalog is in the order of the codes."""
+    from leaky.checks import CHECKS
+
+    files = {p.stem for p in (LEAKY / "checks").glob("*.py") if not p.stem.startswith("_")}
+    registered = {check.run.__module__.rsplit(".", 1)[-1] for check in CHECKS.values()}
+    assert registered == files
+    assert list(CHECKS) == sorted(CHECKS)
+    init = (LEAKY / "checks" / "__init__.py").read_text()
+    assert not any(f'"{name}"' in init for name in files), "checks/__init__.py lists a check by hand"

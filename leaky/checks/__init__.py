@@ -8,6 +8,7 @@ measured, `(leaky.probe.stats record, ProbeConfig) -> list[Finding]`; an audit s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+import pkgutil
 from importlib import import_module
 from typing import Callable
 
@@ -33,14 +34,6 @@ class Check:
 
 CHECKS: dict[str, Check] = {}
 EXPLAINERS: dict[str, list[Explainer]] = {}   # a root cause's code -> how it explains other findings
-
-_MODULES = ("saturated_activation", "dead_units", "vanishing_gradient", "exploding_gradient",
-            "recurrent_instability", "dead_zone", "non_finite", "no_gradient_path",
-            "stale_parameter", "update_ratio", "gradient_accumulation", "loss_not_decreasing",
-            "loss_diverging", "loss_output_mismatch", "bad_initialization", "unnormalized_input",
-            "precision_underflow", "wrong_gradient", "batch_mixing", "loss_at_init")
-_PROBE_MODULES = ("cannot_overfit", "input_ignored")
-
 
 def register(code: str, name: str, summary: str, links: bool = False,
              probe: bool = False) -> Callable[[CheckFn], CheckFn]:
@@ -112,5 +105,15 @@ def _told_under(symptom: Finding, findings: list[Finding]) -> Finding:
     return symptom
 
 
-for _name in _MODULES + _PROBE_MODULES:
-    import_module(f"leaky.checks.{_name}")
+def _discover() -> None:
+    """Import every check: the package's modules but its helpers (a leading underscore). Each
+    registers itself on import; they run, and are listed, in the order of their codes."""
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not module.name.startswith("_"):
+            import_module(f"{__name__}.{module.name}")
+    ordered = sorted(CHECKS.values(), key=lambda check: check.code)
+    CHECKS.clear()
+    CHECKS.update((check.code, check) for check in ordered)
+
+
+_discover()
