@@ -17,19 +17,27 @@ no parameter is behind it. It explains the parameters behind the cuts on its lin
 when no trainable parameter got a gradient at all, every one: its line is the finding's
 source and its cause (the line to change), with the earlier cut its values came from
 named in the message.
+
+One line to change, one story: the findings whose cause is the same line (a `.detach()` in
+a transformer Block's forward, which starves the attention and the LayerNorm before it in
+every block) are told under the module nearest the cut, whose evidence names every
+parameter that line starves (`cut_parameters`) and the findings told under it (`explains`).
 """
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from leaky import ops
 from leaky.checks import register
 from leaky.checks._optim import cleared_before_step
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
+from leaky.numbers import line_of
 from leaky.stats import AuditStats, Cut
 
 _ORDER = tuple(ops.calls.CUT_KINDS)   # the kinds of cut, most specific first
+_SHOWN = 6                            # modules a story's root names in its message; the JSON names all
 
 
 @register("LK108", "no-gradient-path", "trainable parameters that receive no gradient")
@@ -58,8 +66,49 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     for module, params in cut_off.items():
         if cuts[module] is not None:
             of_root.setdefault(params[0].root, cuts[module])
-    return [_finding(module, params, stats, cuts[module] or of_root.get(params[0].root))
-            for module, params in cut_off.items()]
+    told = [(_finding(module, params, stats, cut), cut) for module, params in cut_off.items()
+            for cut in [cuts[module] or of_root.get(params[0].root)]]
+    return [f for group in _by_line(told).values() for f in _one_story(group, stats)]
+
+
+def _by_line(told: list[tuple[Finding, Cut | None]]) -> dict:
+    """The findings grouped by the line to change (their cause); one without a line alone."""
+    groups: dict = defaultdict(list)
+    for finding, cut in told:
+        cause = finding.cause
+        groups[(cause.file, cause.line) if cause is not None else id(finding)].append((finding, cut))
+    return groups
+
+
+def _one_story(group: list[tuple[Finding, Cut | None]], stats: AuditStats) -> list[Finding]:
+    """One cut, one story: of the findings whose path one line cuts (a `.detach()` in a
+    transformer Block's forward starves the attention and the LayerNorm before it, in every
+    block), the module nearest the cut is the root, and names every parameter the cut
+    starves; the others are told under it (evidence `explains`, leaky/story.py)."""
+    if len(group) == 1:
+        return [group[0][0]]
+    order = {p.module: i for i, p in reversed(list(enumerate(stats.params)))}
+
+    def nearness(told: tuple[Finding, Cut | None]) -> tuple:
+        finding, cut = told
+        producers = list(cut.producer) if cut is not None else []
+        near = producers.index(finding.module) if finding.module in producers else len(producers)
+        return near, order.get(finding.module, len(order))
+
+    root = min(group, key=nearness)[0]
+    rest = sorted((f for f, _ in group if f is not root), key=lambda f: order.get(f.module, len(order)))
+    names = [name for f in (root, *rest) for name in f.evidence["parameters"]]
+    values = sum(f.evidence["values"] for f in (root, *rest))
+    modules = [f.module for f in rest]
+    shown = ", ".join(modules[:_SHOWN]) + (f" and {len(modules) - _SHOWN} more" if len(modules) > _SHOWN else "")
+    line = line_of(root.cause.source)
+    more = (f" The same line ({line}) starves {len(modules)} more module{'s' if len(modules) != 1 else ''}, "
+            f"told under this one: {shown} ({len(names)} parameters, {values} values in all).")
+    evidence = {**root.evidence, "explains": [{"code": f.code, "module": f.module} for f in rest],
+                "cut_parameters": names, "cut_values": values}
+    under = [replace(f, message=f"{f.message} The same line cuts {root.module}'s path too (told there): one change for both.",
+                     evidence={**f.evidence, "same_cut_as": root.module}) for f in rest]
+    return [replace(root, message=root.message + more, evidence=evidence), *under]
 
 
 def _optimizers(params) -> frozenset:

@@ -1,0 +1,138 @@
+"""LK108: one cut, one story (issue 30).
+
+A `.detach()` in a transformer Block's forward starves the attention and the LayerNorm
+before it, in every block the line runs in: nanoGPT with that cut read '6 root causes
+(6 errors)', one LK108 per starved module, where the user has one line to change. The
+module nearest the cut is the root, names every parameter that line starves (evidence
+`cut_parameters`), and the others are told under it; two lines that cut are two stories.
+The oracle for what is starved is plain autograd: the parameters whose .grad is None.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import leaky
+from leaky.story import stories
+
+
+class Attention(nn.Module):
+    """Causal self-attention written out, as nanoGPT's path without flash attention."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        causal = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
+        scores = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~causal, float("-inf"))
+        return self.proj(scores.softmax(-1) @ v)
+
+
+class Block(nn.Module):
+    def __init__(self, d, cut):
+        super().__init__()
+        self.ln, self.attn, self.mlp, self.cut = nn.LayerNorm(d), Attention(d), nn.Linear(d, d), cut
+
+    def forward(self, x):
+        if self.cut:
+            x = x + self.attn(self.ln(x)).detach()   # the block's cut
+        else:
+            x = x + self.attn(self.ln(x))
+        return x + self.mlp(x)
+
+
+class GPTish(nn.Module):
+    def __init__(self, cut_blocks: bool, cut_input_of: int | None, d=16, vocab=20):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([Block(d, cut_blocks) for _ in range(2)])
+        self.head = nn.Linear(d, vocab)
+        self.cut_input_of = cut_input_of
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for i, block in enumerate(self.blocks):
+            x = block(x.detach() if i == self.cut_input_of else x)   # the input's cut
+        return self.head(x)
+
+
+def _train(model: nn.Module, steps: int) -> None:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        idx = torch.randint(0, 20, (8, 12))
+        loss = F.cross_entropy(model(idx)[:, :-1].reshape(-1, 20), idx[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _starved(cut_blocks: bool, cut_input_of: int | None) -> set[str]:
+    """Plain autograd: the parameters whose .grad stays None after one backward."""
+    torch.manual_seed(0)
+    model = GPTish(cut_blocks, cut_input_of)
+    idx = torch.randint(0, 20, (8, 12))
+    F.cross_entropy(model(idx).reshape(-1, 20), idx.reshape(-1)).backward()
+    return {name for name, p in model.named_parameters() if p.grad is None}
+
+
+def _lk108_stories(cut_blocks: bool, cut_input_of: int | None):
+    torch.manual_seed(0)
+    model = GPTish(cut_blocks, cut_input_of)
+    with leaky.audit(steps=3) as audit:
+        _train(model, 3)
+    return [(root, rest) for root, rest in stories(list(audit.findings)) if root.code == "LK108"]
+
+
+def _line(marker: str) -> int:
+    text = Path(__file__).read_text().splitlines()
+    return next(i for i, row in enumerate(text, 1) if marker in row and "_line(" not in row)
+
+
+def test_one_detach_in_every_block_is_one_story_naming_every_starved_parameter():
+    told = _lk108_stories(cut_blocks=True, cut_input_of=None)
+    assert len(told) == 1
+    root, rest = told[0]
+    assert root.cause.line == _line("# the block's cut")
+    assert root.module == "blocks.0.attn.proj"   # the module whose output the .detach() cut
+    starved = _starved(cut_blocks=True, cut_input_of=None)
+    assert len(starved) == 12   # ln, qkv and proj, weight and bias, in both blocks
+    assert set(root.evidence["cut_parameters"]) == starved
+    assert root.evidence["cut_values"] == sum(p.numel() for n, p in GPTish(True, None).named_parameters()
+                                              if n in starved)
+    under = [f for f in rest if f.code == "LK108"]
+    assert {f.module for f in under} == {"blocks.0.ln", "blocks.0.attn.qkv", "blocks.1.ln", "blocks.1.attn.qkv",
+                                         "blocks.1.attn.proj"}
+    assert all(f.cause == root.cause and f.evidence["same_cut_as"] == root.module for f in under)
+    # each finding still names its own parameters
+    assert {n for f in (root, *under) for n in f.evidence["parameters"]} == starved
+
+
+def test_a_detach_at_one_blocks_input_is_one_story():
+    told = _lk108_stories(cut_blocks=False, cut_input_of=1)
+    assert len(told) == 1
+    root, rest = told[0]
+    assert root.cause.line == _line("# the input's cut")
+    assert set(root.evidence["cut_parameters"]) == _starved(cut_blocks=False, cut_input_of=1)
+    assert root.module == "blocks.0.mlp"   # the last layer before the cut
+    assert {"emb", "blocks.0.ln", "blocks.0.attn.qkv", "blocks.0.attn.proj"} <= {f.module for f in rest}
+
+
+def test_two_lines_that_cut_are_two_stories():
+    told = _lk108_stories(cut_blocks=True, cut_input_of=1)
+    lines = {_line("# the block's cut"), _line("# the input's cut")}
+    assert {root.cause.line for root, _ in told} == lines and len(told) == 2
+    starved = _starved(cut_blocks=True, cut_input_of=1)
+    named = [n for root, _ in told for n in root.evidence.get("cut_parameters", root.evidence["parameters"])]
+    assert sorted(named) == sorted(starved)   # every starved parameter, each under one line
+
+
+def test_a_cut_that_starves_one_module_is_told_as_before():
+    told = _lk108_stories(cut_blocks=False, cut_input_of=0)   # the embedding's output detached
+    assert [(root.module, rest) for root, rest in told] == [("emb", [])]
+    assert _starved(cut_blocks=False, cut_input_of=0) == {"emb.weight"}
+    assert "cut_parameters" not in told[0][0].evidence and "explains" not in told[0][0].evidence
