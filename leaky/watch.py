@@ -36,6 +36,7 @@ from leaky.record import distributed
 from leaky.record.recorder import Recorder, StopObserving
 from leaky.report.tables import module_rows
 from leaky.store import Store, git_commit
+from leaky.story import told_under
 
 DEFAULT_EVERY = 100   # sampled steps: 1 in 100 keeps the cost near 1% (docs/performance.md)
 # NOTE: the check pass (folding everything seen so far, every check, the store's module rows)
@@ -88,6 +89,7 @@ class Watch(Audit):
         self.run_id: int | None = None
         self.seen: dict[tuple, Finding] = {}        # each finding as the last pass saw it
         self.announced: dict[tuple, Finding] = {}   # each as announced, at its most severe
+        self.told: set[tuple] = set()   # those handed to on_finding (the others were told under their root's line)
         self.announced_at: dict[tuple, int] = {}    # the step of the pass that announced it so
         self._folded = 0
         self._checked_at: int | None = None    # step of the last check pass
@@ -165,6 +167,7 @@ class Watch(Audit):
         those first seen, and those seen before at a lower severity (an info that the run's
         evidence has since made a warning is announced again, as the warning)."""
         new = []
+        under = told_under(findings)
         for finding in findings:
             key = _key(finding)
             self.seen[key] = finding
@@ -175,6 +178,10 @@ class Watch(Audit):
                 self.announced[key] = finding
                 self.announced_at[key] = step
                 new.append(finding)
+                root = under.get(id(finding))
+                if root is not None and root.severity.rank >= finding.severity.rank:
+                    continue   # one story, one line: its root's (a cut's line, not each module it starves)
+                self.told.add(key)
                 if self.on_finding is not None:
                     self.on_finding(finding, step)
         return new
@@ -186,7 +193,7 @@ class Watch(Audit):
         at all). Their evidence changed as the run went on (units that fired again, a high
         update ratio while the loss kept falling). Read after the run, as `.report`."""
         final = {_key(f): f for f in self.report.findings}
-        return [(f, final.get(key)) for key, f in self.announced.items()
+        return [(f, final.get(key)) for key, f in self.announced.items() if key in self.told
                 if key not in final or final[key].severity.rank < f.severity.rank]
 
     def _unconfirmed_rows(self) -> list[dict]:

@@ -136,3 +136,19 @@ def test_a_cut_that_starves_one_module_is_told_as_before():
     assert [(root.module, rest) for root, rest in told] == [("emb", [])]
     assert _starved(cut_blocks=False, cut_input_of=0) == {"emb.weight"}
     assert "cut_parameters" not in told[0][0].evidence and "explains" not in told[0][0].evidence
+
+
+def test_watch_announces_one_line_per_cut_and_keeps_every_finding():
+    """A watch's live lines follow the stories: the cut's root is announced, the modules it
+    starves are not announced one by one (they were six live ERROR lines on nanoGPT), yet
+    each is stored and in the report, and nothing unannounced is called unconfirmed."""
+    torch.manual_seed(0)
+    model, said = GPTish(True, 1), []
+    with leaky.Watch(every=1, on_finding=lambda finding, step: said.append(finding)) as run:
+        _train(model, 12)
+    cuts = [f for f in run.report.findings if f.code == "LK108"]
+    roots = [root for root, _ in stories(list(run.report.findings)) if root.code == "LK108"]
+    assert len(cuts) > len(roots) == 2
+    assert sorted(f.cause.line for f in said if f.code == "LK108") == \
+        sorted({_line("# the block's cut"), _line("# the input's cut")})
+    assert run.unconfirmed == []

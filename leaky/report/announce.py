@@ -1,5 +1,8 @@
 """What `leaky watch` prints while the script runs: one line per finding, when a check pass
-first sees it. The full text (message, change, fix) is the final report's, printed once.
+first sees it, and one line per story: a finding told under its root (the modules one cut
+starves, the flat loss of a layer that died; leaky/story.py) is not announced when its root,
+as severe or more, is (`Watch._announce`). The full text (message, change, fix) is the final
+report's, printed once.
 
     step 10: WARNING LK202 update-ratio  2 · train.py:8 · step 10 — no sampled step changed 2.weight by …
 
