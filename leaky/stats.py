@@ -106,6 +106,13 @@ class ActivationStats:
     # samples per unit per call: a batch, or 1 when a step feeds a sequence one sample at a time
     # (an episode's states, tokens): those are consecutive and alike, not independent draws
     samples_per_call: float | None = None
+    # sigmoid/tanh whose output is combined (multiplied, added) with another path from its own
+    # input, which goes around its flat tails (x·σ(x), 0.5·x·(1 + tanh(u(x)))): the site of that
+    # product or sum, the site of the shared input, and the composite's gain, |dL/dx| / |dL/d(out)|
+    # (geometric mean over the steps; None: not measured). See record/bypass.py.
+    bypass_site: int | None = None
+    bypass_input_site: int | None = None
+    bypass_gain: float | None = None
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,9 @@ def _scale(weight: WeightStats, stats: AuditStats, config: AuditConfig) -> Findi
                f"sqrt(fan_in)·std ≈ {num(gain)}× its input's scale.")
     evidence = {"std": weight.std, "expected_std": expected, "ratio": ratio, "fan_in": weight.fan_in,
                 "fan_out": weight.fan_out, "next_nonlinearity": family}
-    alone = flat_share_at(family, gain, config)
+    # NOTE: a sigmoid/tanh whose own input goes around it (x·σ(x), GELU-tanh: record/bypass.py)
+    # passes the gradient on through the other factor: its flat region is no harm of the scale
+    alone = flat_share_at(family, gain, config) if act is not None and act.bypass_site is None else None
     if alone is not None and alone >= config.saturated_warning:
         # what LK101 at that activation follows from (the explainer below)
         evidence["saturates"] = {"module": act.module, "op": act.op, "flat_share_on_standardised_inputs": alone}

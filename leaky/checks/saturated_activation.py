@@ -23,6 +23,13 @@ hot rows on one entry to a one-hot p̄, judged by the same rule ((1 − ||p̄||�
 `flat_derivative_share`). A policy-gradient loss is no measure of progress here: −log p(a)·A
 falls toward 0 as p(a) → 1 whether the return improves or not.
 
+A sigmoid or tanh whose output is multiplied by (or added to) another path from its own input
+is one factor of a composite (x·σ(x), 0.5·x·(1 + tanh(u(x))), record/bypass.py): where its own
+derivative is ~0 the gradient reaching x goes through the other factor. Its flat share is then
+info, and the composite is judged by its gain |dL/dx| / |dL/d(out)|: flat only below
+`flat_derivative_share` of an identity's 1. A gated unit a·σ(b) with b computed apart from a has
+nothing going around σ: judged as above.
+
 What it explains (`@explainer`): the vanishing gradient (LK103) a saturated sigmoid/tanh layer
 on its path causes, when at its family's largest derivative the path would not vanish; and a
 collapse explains the high update ratios (LK202) of the layer that computes the scores, or of
@@ -69,6 +76,38 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def _smooth(act: ActivationStats, severity: Severity, stats: AuditStats, config: AuditConfig) -> Finding:
+    found = _own(act, severity, stats, config)
+    if act.bypass_site is None:
+        return found
+    return _bypassed(found, act, stats, config)
+
+
+def _bypassed(found: Finding, act: ActivationStats, stats: AuditStats, config: AuditConfig) -> Finding:
+    """Its output is multiplied by (or added to) another path from its own input (record/bypass.py):
+    the gradient reaching that input goes around the flat tails. Judged by the composite's gain,
+    |dL/dx| / |dL/d(out)|: flat only below `flat_derivative_share` of an identity's 1 (as x·σ(x) is
+    for x → −∞, a ReLU's off side, not a saturation)."""
+    composite = stats.op(act.bypass_site)
+    shared = stats.op(act.bypass_input_site) if act.bypass_input_site is not None else None
+    gain = act.bypass_gain
+    at = line_of(composite.source) if composite is not None and composite.source is not None else None
+    into = f"its own input ({shared.module or shared.op})" if shared is not None else "its own input"
+    flat = gain is not None and gain < config.flat_derivative_share
+    measured = (f"the composite passes on {num(gain)} of the gradient at its output to that input" if gain is not None
+                else "the composite's gain was not measured")
+    verdict = ("so it blocks the gradient too" if flat else
+               "so the saturation is bypassed: the gradient reaches the layer below through the other factor")
+    message = (f"{found.message} Its output is combined{f' at {at}' if at else ''} with {into}, which goes around "
+               f"it (as in x·σ(x) or 0.5·x·(1 + tanh(u(x)))): {measured}, {verdict}.")
+    fix = found.fix if flat else ("Nothing to change for this op: the composite it is part of is judged by the gradient "
+                                  "that reaches its input, and that gradient flows.")
+    evidence = {**found.evidence, "bypass_gain": gain, "bypassed_at": at,
+                "bypass_input_module": shared.module if shared is not None else None}
+    return Finding(found.name, found.code, found.severity if flat else Severity.INFO, message, fix, found.module,
+                   found.op, found.source, None, evidence)
+
+
+def _own(act: ActivationStats, severity: Severity, stats: AuditStats, config: AuditConfig) -> Finding:
     family = _smooth_family(act.family)
     peak = family.max_derivative
     median = None if act.median_derivative_share is None else act.median_derivative_share * peak
@@ -189,6 +228,8 @@ def _explains_the_vanishing_it_causes(root: Finding, symptom: Finding) -> str | 
     without this layer's flat units it would be ratio · peak / gain, at or above LK103's line."""
     gain, peak = root.evidence.get("backward_gain"), root.evidence.get("max_local_derivative")
     ratio, line = symptom.evidence.get("ratio"), symptom.evidence.get("vanishing_warning")
+    if "bypass_gain" in root.evidence and root.severity is Severity.INFO:
+        return None   # its own input goes around it: its flat tails lose nothing on the path
     if symptom.code != "LK103" or not gain or not peak or not ratio or line is None or root.source is None:
         return None
     on_path = any(op.get("module") == root.module and op.get("op") == root.op and op.get("line") == root.source.line

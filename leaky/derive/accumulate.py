@@ -93,6 +93,8 @@ class StepFolder:
         self.first_bad_step: int | None = None   # first step with a NaN/Inf in the forward or the loss
         self.first_rms: dict[int, float] = {}    # site -> forward output RMS, first clean step
         self.param_grad_steps: dict[int, int] = defaultdict(int)
+        # saturating site -> [Σ log10 gain, steps]: its composite's gain (record/bypass.py), |dL/dx| / |dL/d(out)|
+        self.bypass_gain: dict[int, list] = defaultdict(lambda: [0.0, 0])
         self.param_last_norm: dict[int, float] = {}
 
     @property
@@ -120,6 +122,7 @@ class StepFolder:
             self._first_rms(host)
             for site, combined in per_site.items():
                 self._fold(self.acc[site], combined)
+            self._fold_bypasses(host)
         graded = self._param_grads(grads, host.values)
         if updates is not None:
             self._updates(step, updates, host.values, graded)
@@ -204,6 +207,24 @@ class StepFolder:
             acc.log_gain += gain if gain is not None else 0.0
             acc.n_gain += 1
         acc.profile = step.profile
+
+    def _fold_bypasses(self, host: HostStep) -> None:
+        """Per composite of a saturating op and its own input (record/bypass.py): the norm of the
+        gradient reaching the shared input over the norm arriving at the composite's output,
+        each over the step's calls (squares summed), folded as the log of their ratio."""
+        if not host.bypasses:
+            return
+        norms = host.arriving_norms({seq for _, at_out, at_in in host.bypasses for seq in (at_out, at_in)})
+        squares: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for site, at_out, at_in in host.bypasses:
+            if at_out in norms and at_in in norms:
+                squares[site][0] += norms[at_out] ** 2
+                squares[site][1] += norms[at_in] ** 2
+        for site, (out, into) in squares.items():
+            if out > 0 and math.isfinite(out) and math.isfinite(into):
+                sums = self.bypass_gain[site]
+                sums[0] += 0.5 * math.log10(into / out) if into > 0 else -12.0
+                sums[1] += 1
 
     def _updates(self, step: int, layout, values: np.ndarray, graded: set[int]) -> None:
         ids, offset, *low = layout

@@ -161,7 +161,15 @@ class Assembly:
                                units.samples, dead, died, window, flat_share, stuck,
                                median_from_hist(host["hist"]), peaked, dict(units.detail),
                                _histogram(host, units), seen_dead, span, first_flat, first_share, *recent,
-                               ran_steps=units.ran_count or None, samples_per_call=per_call)
+                               ran_steps=units.ran_count or None, samples_per_call=per_call,
+                               **self._bypass(site))
+
+    def _bypass(self, site: int) -> dict:
+        """Where a saturating op's own input goes around it (record/bypass.py), and the gain."""
+        composite, shared = self.recorder.bypass.found.get(site, (None, None))
+        total, steps = self.builder.bypass_gain.get(site, (0.0, 0))
+        return {"bypass_site": composite, "bypass_input_site": shared,
+                "bypass_gain": 10.0 ** (total / steps) if steps else None}
 
     def _param_stats(self):
         owners = self.params.owners()

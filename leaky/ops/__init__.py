@@ -117,6 +117,8 @@ class NodeTraits(NamedTuple):
     zeros_on_purpose: bool
     moves_values: bool         # always (moves_values may also say yes for one node: moves_values_when)
     moves_when: object         # the rule's per-node test, or None
+    elementwise: bool          # each output element depends only on the inputs at its place
+    saturates: bool            # a sigmoid-like nonlinearity: its derivative has a maximum and flat tails
 
 
 _node_traits: dict[type, NodeTraits] = {}
@@ -132,8 +134,21 @@ def node_traits(kind: type) -> NodeTraits:
         found = _node_traits[kind] = NodeTraits(
             name == ACCUMULATE, passes_gradient(name), counts_zeros(name), zeros_on_purpose(name),
             rule_ is not None and rule_.moves_values,
-            None if rule_ is None else rule_.extra.get("moves_values_when"))
+            None if rule_ is None else rule_.extra.get("moves_values_when"),
+            rule_ is not None and rule_.elementwise,
+            rule_ is not None and rule_.activation is not None and rule_.activation.max_derivative is not None)
     return found
+
+
+def elementwise(node) -> bool:
+    """The autograd node's output elements each depend only on the inputs at their place
+    (record/bypass.py walks through these)."""
+    return node_traits(type(node)).elementwise
+
+
+def saturates(node) -> bool:
+    """The autograd node is a sigmoid-like nonlinearity's (sigmoid, tanh): flat tails."""
+    return node_traits(type(node)).saturates
 
 
 def counts_zeros(node: str) -> bool:

@@ -93,10 +93,10 @@ register(OpRule("threshold", ("threshold_",), ("ThresholdBackward",), "d/dx thre
                 activation=THRESHOLD, counts_zeros=True, clips=True))
 register(OpRule("sigmoid", ("sigmoid_",), ("SigmoidBackward",), "sigmoid local gradient s(1−s) is at most 0.25",
                 activation=SIGMOID, counts_zeros=True, keeps_finite=True, output_range=(0.0, 1.0), normalises=True,
-                replacement=IDENTITY, module="Sigmoid"))
+                replacement=IDENTITY, module="Sigmoid", elementwise=True))
 register(OpRule("tanh", ("tanh_",), ("TanhBackward",), "tanh local gradient 1−tanh² is at most 1",
                 activation=TANH, counts_zeros=True, keeps_finite=True, output_range=(-1.0, 1.0),
-                module="Tanh", extra={"rnn_step": True}))
+                module="Tanh", elementwise=True, extra={"rnn_step": True}))
 register(OpRule("hardtanh", ("hardtanh_",), ("HardtanhBackward",), BOUNDED.derivative, zero=BOUNDED,
                 activation=HARDTANH, counts_zeros=True, keeps_finite=True, output_range=(-1.0, 1.0),
                 bounds=hardtanh_bounds, replacement=STRAIGHT_THROUGH, detail=BOUNDS, module="Hardtanh"))
@@ -119,11 +119,11 @@ register(OpRule("gumbel_softmax", (), (), "softmax((logits + g) / tau): its Jaco
                     "tau = 0.05 whatever the logits. Start tau at 1 (or more) and anneal it down during training "
                     "(tau = max(0.5, exp(-r·step)), Jang et al. 2017), or train with the soft sample and switch to "
                     "hard=True only at the end.")}))
-register(OpRule("softsign", (), ("SoftsignBackward",), keeps_finite=True))
+register(OpRule("softsign", (), ("SoftsignBackward",), keeps_finite=True, elementwise=True))
 # softplus(x) = log(1 + e^x) > 0: an output layer through it cannot reach a target below 0
 # (LK301's unreachable targets, LK308's cause); its derivative sigmoid(x) → 0 as x → −∞.
 register(OpRule("softplus", (), ("SoftplusBackward",), "d/dx softplus(x) = sigmoid(x), in (0, 1)",
-                keeps_finite=True, output_range=(0.0, math.inf), module="Softplus"))
+                keeps_finite=True, output_range=(0.0, math.inf), module="Softplus", elementwise=True))
 for _name, _nodes in (("leaky_relu", ("LeakyReluBackward",)), ("elu", ("EluBackward",)),
                       ("gelu", ("GeluBackward",)), ("silu", ("SiluBackward",)), ("mish", ("MishBackward",))):
     register(OpRule(_name, (f"{_name}_",), _nodes, counts_zeros=_name in ("leaky_relu", "elu"),

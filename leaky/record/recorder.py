@@ -21,6 +21,7 @@ from leaky.record.compiled import CompiledCalls, outside_graphs
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_probe import BatchProbe
+from leaky.record.bypass import BypassWatch
 from leaky.record.forward import ForwardProbes
 from leaky.record.provenance import Provenance
 from leaky.record.feedback import FeedbackWatch
@@ -33,7 +34,7 @@ from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
 from leaky.record.opmode import OpMode, parameters_in
 from leaky.record.origins import OriginWatch, bare_method_statement
-from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail
+from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
 from leaky.record.params import ParamTable
@@ -112,6 +113,7 @@ class Recorder(StepTracking):
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
         self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
         self.feedback = FeedbackWatch(self._mark)   # square weights a recurrence reuses
+        self.bypass = BypassWatch(self._mark)       # sigmoid/tanh whose own input goes around them
         self.optimizers: list[torch.optim.Optimizer] = []
         self.observing = False
         self.step = 0              # index of the step being recorded
@@ -311,6 +313,8 @@ class Recorder(StepTracking):
             self._update_units(first_site, traits.activation, out, op, args, kwargs)
         if traits.matmul:
             self.feedback.note_matmul(args, first_site, self.step)
+        if len(outputs) == 1 and ops.elementwise(main):
+            self.bypass.note(first_site, main, self.buffer.bypasses)
 
     def _check_finite(self, op: str, site: int, args: tuple, kwargs: dict, outputs: list[Tensor],
                       traits: ops.Traits | None = None) -> None:
@@ -386,23 +390,11 @@ class Recorder(StepTracking):
             extra["flat_share"] = self.config.flat_derivative_share
             extra["peaked_row"] = self.config.peaked_row_probability
             if activation.rows and args and isinstance(args[0], Tensor):
-                extra["scores_site"] = self._scores_site(args[0].grad_fn)
+                extra["scores_site"] = scores_site(args[0].grad_fn, self._details)
             stats = self.units[site] = UnitStats(activation, out.shape[dim] if out.ndim else 1, dim, extra)
         if out.ndim and out.shape[stats.unit_dim] != stats.units:
             return  # a differently shaped call at the same line: keep the first shape
         stats.update(out, self.step, self._count_rates())
-
-    def _scores_site(self, node, depth: int = 4) -> int | None:
-        """The site of the op that computed a softmax's scores: the first hooked node behind its
-        input that is not a view, a transpose or a mask (ops.keeps_scores)."""
-        for _ in range(depth):
-            if node is None:
-                return None
-            site = node.metadata.get(self._mark)
-            if site is not None and not ops.keeps_scores(node):
-                return site
-            node = next((fn for fn, _ in node.next_functions if fn is not None), None)
-        return None
 
     def _count_rates(self) -> bool:
         """Whether this step counts fire rates, flat samples, input averages and the share

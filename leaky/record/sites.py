@@ -164,3 +164,16 @@ def _fill_site(node, context: DetailContext | None, depth: int = 4) -> int | Non
         inputs = [fn for fn, _ in node.next_functions if fn is not None]
         node, depth = (inputs[0] if len(inputs) == 1 else None), depth - 1
     return None
+
+
+def scores_site(node, context: DetailContext, depth: int = 4) -> int | None:
+    """The site of the op that computed a softmax's scores: the first hooked node behind its
+    input that is not a view, a transpose or a mask (ops.keeps_scores)."""
+    for _ in range(depth):
+        if node is None:
+            return None
+        site = context.site_of(node)
+        if site is not None and not ops.keeps_scores(node):
+            return site
+        node = next((fn for fn, _ in node.next_functions if fn is not None), None)
+    return None

@@ -47,6 +47,7 @@ class StepBuffer:
         self.records: list[NodeRecord] = []
         self.forward_flags: list[tuple[int, Tensor, int]] = []   # (site, output norm, numel)
         self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
+        self.bypasses: list[tuple[int, int, int]] = []        # (saturating site, composite seq, shared input seq)
 
     def __len__(self) -> int:
         return len(self.records) + len(self.forward_flags) + len(self.extras)
@@ -60,8 +61,8 @@ class StepBuffer:
         flags = host[start:start + len(self.forward_flags)]
         extras = dict(zip(names, host[start + len(self.forward_flags):]))
         step = HostStep(host[:start], list(self.records), [s for s, _, _ in self.forward_flags], flags, extras,
-                        [n for _, _, n in self.forward_flags])
-        self.values, self.records, self.forward_flags, self.extras = [], [], [], {}
+                        [n for _, _, n in self.forward_flags], self.bypasses)
+        self.values, self.records, self.forward_flags, self.extras, self.bypasses = [], [], [], {}, []
         return step
 
 
@@ -120,6 +121,9 @@ class HostStep:
     forward_finite: np.ndarray     # forward output norms (sums once a site's RMS is known): non-finite where an output was
     extras: dict[str, float]
     forward_numel: list[int]
+    # a sigmoid/tanh in a composite with its own input (record/bypass.py): (its site, the seq of
+    # the composite's node, the seq of the shared input's node), one per call
+    bypasses: list[tuple[int, int, int]] = field(default_factory=list)
     _finite: bool | None = field(default=None, repr=False, compare=False)
     _squares: np.ndarray | None = field(default=None, repr=False, compare=False)
     _table: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -134,6 +138,20 @@ class HostStep:
     def to_params(self, rec: NodeRecord) -> np.ndarray:
         start = rec.offset + rec.n_in + rec.n_act
         return self.values[start:start + rec.n_param]
+
+    def arriving_norms(self, seqs) -> dict[int, float]:
+        """The norm of the gradient arriving at each node of `seqs` (by creation order) that has
+        one output, over this step's hook calls of it (a node run twice: their squares summed)."""
+        table = self.table()
+        if not len(table):
+            return {}
+        wanted = np.isin(table[:, SEQ], np.fromiter(seqs, dtype=np.int64))
+        rows = np.flatnonzero(wanted & (table[:, N_IN] == 1))
+        squares = self.squared_sums()[rows, 0]
+        found: dict[int, float] = {}
+        for seq, square in zip(table[rows, SEQ].tolist(), squares.tolist()):
+            found[seq] = found.get(seq, 0.0) + square
+        return {seq: math.sqrt(square) for seq, square in found.items()}
 
     def leaving(self, rec: NodeRecord) -> np.ndarray:
         return self.values[rec.offset + rec.n_in:self._end(rec)]
