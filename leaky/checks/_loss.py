@@ -161,11 +161,6 @@ def curve_of(rows, min_steps: int) -> LossCurve | None:
     return LossCurve(len(rows), start, end, finite[0][0], finite[-1][0], bad)
 
 
-def loss_curve(stats: AuditStats, min_steps: int) -> LossCurve | None:
-    """The curve of the whole series, every optimizer together (for views and tests)."""
-    return curve_of([(row.step, row.loss) for row in stats.series if row.loss is not None], min_steps)
-
-
 def whose(stats: AuditStats, objective: Objective) -> str:
     """'' for a run with one objective; else the optimizer it belongs to, in words."""
     if objective.optimizer is None or len({row.optimizer for row in stats.series if row.loss is not None}) < 2:

@@ -32,10 +32,6 @@ on_change = REGISTRY.on_change
 where = REGISTRY.where
 
 
-def node_name(node) -> str:
-    return type(node).__name__
-
-
 def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
     """(op and call spellings, node class prefixes): the words only leaky/ops may spell out."""
     names, nodes = REGISTRY.vocabulary()
@@ -44,7 +40,7 @@ def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
 
 __all__ = ["ACCUMULATE", "BOUNDS", "FILL", "IDENTITY", "LEAKY", "LECUN", "SCALED_LOSS_NODE", "STRAIGHT_THROUGH", "COMPILED", "LOGITS", "LOG_INPUT", "LOG_PROBABILITIES", "PROBABILITIES",
            "SOFTMAX_DIM", "VALUES", "Activation", "Init", "NodeTraits", "OpRule", "REGISTRY", "Traits", "Zone", "calls",
-           "family", "module_rule", "node_name", "node_rule", "node_traits", "on_change", "register", "registered",
+           "family", "module_rule", "node_rule", "node_traits", "on_change", "register", "registered",
            "rule", "summed_terms", "traits", "unregister",
            "vocabulary", "where"]
 

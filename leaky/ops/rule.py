@@ -106,9 +106,6 @@ class OpRule:
     normalises: bool = False                      # applies the normalisation a logits loss applies again
     clips: bool = False                           # its output is never negative: logits fed through it cannot be
     trap: tuple[str, str] | None = None           # LK107: why its backward can be infinite, and the fix
-    cut: str | None = None                        # leaves the autograd graph: "detach" | "numpy" | "item" | ...
-    init_write: bool = False                      # an in-place write used to initialise a parameter
-    passthrough_call: bool = False                # reads metadata only: pass straight through the mode
     feeds_units: bool = False                     # a node whose output is a conv/norm feature map (units by channel)
     detail: str | None = None                     # what of the call to keep: SOFTMAX_DIM | LOG_INPUT | BOUNDS
     module: str | None = None                     # the nn.Module class that applies it (nn.Softmax: softmax)

@@ -180,13 +180,13 @@ class OriginWatch:
     # -- what is recorded ------------------------------------------------------------
     def _optimizer_built(self, optimizer) -> None:
         lrs = tuple(_float(group.get("lr")) for group in optimizer.param_groups)
-        origin = OptimizerOrigin(type(optimizer).__name__, self.locator.locate_maker(optimizer), self._next(), lrs)
+        origin = OptimizerOrigin(type(optimizer).__name__, self.locator.locate(optimizer), self._next(), lrs)
         self.optimizers[id(optimizer)] = (weakref.ref(optimizer), origin)
 
     def _scheduler_built(self, scheduler) -> None:
         optimizer = getattr(scheduler, "optimizer", None)
         functions = getattr(scheduler, "lr_lambdas", None) or []
-        origin = SchedulerOrigin(type(scheduler).__name__, self.locator.locate_maker(scheduler),
+        origin = SchedulerOrigin(type(scheduler).__name__, self.locator.locate(scheduler),
                                  _function_line(functions[0]) if functions else None,
                                  weakref.ref(optimizer) if optimizer is not None else None, weakref.ref(scheduler))
         self.schedulers.append(origin)
@@ -244,7 +244,7 @@ class OriginWatch:
 
     def _module_built(self, module) -> None:
         if len(self.modules) < _MAX_MADE:
-            self.modules[id(module)] = (weakref.ref(module), self.locator.locate_maker(module))
+            self.modules[id(module)] = (weakref.ref(module), self.locator.locate(module))
 
     def _wrap_apply(self, original):
         watch = self

@@ -54,9 +54,6 @@ class SourceLocator:
             frame = frame.f_back
         return None
 
-    def locate_maker(self, made: Any) -> tuple[str, int, int] | None:
-        return self.locate(made)
-
 
 def _constructing(frame, made: Any) -> bool:
     code = frame.f_code

@@ -131,10 +131,6 @@ class HostStep:
     def arriving(self, rec: NodeRecord) -> np.ndarray:
         return self.values[rec.offset:rec.offset + rec.n_in]
 
-    def to_activations(self, rec: NodeRecord) -> np.ndarray:
-        start = rec.offset + rec.n_in
-        return self.values[start:start + rec.n_act]
-
     def to_params(self, rec: NodeRecord) -> np.ndarray:
         start = rec.offset + rec.n_in + rec.n_act
         return self.values[start:start + rec.n_param]
