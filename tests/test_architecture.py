@@ -205,3 +205,16 @@ def test_every_check_file_is_discovered_and_registers_in_code_order():
     assert list(CHECKS) == sorted(CHECKS)
     init = (LEAKY / "checks" / "__init__.py").read_text()
     assert not any(f'"{name}"' in init for name in files), "checks/__init__.py lists a check by hand"
+
+
+def test_each_headline_number_is_declared_in_its_own_check():
+    """What `leaky fix` shows before -> after for a finding is the check's own headline,
+    declared beside its judgement (no second table of metrics to drift from it)."""
+    from leaky.checks import CHECKS, HEADLINES
+
+    assert HEADLINES, "no check declares a headline number"
+    for code, (label, read) in HEADLINES.items():
+        assert code in CHECKS and label
+        assert read.__module__ == CHECKS[code].run.__module__, (code, read.__module__)
+    metrics = (LEAKY / "fix" / "metrics.py").read_text()
+    assert "@metric" not in metrics and "def _" not in metrics

@@ -34,6 +34,9 @@ class Check:
 
 CHECKS: dict[str, Check] = {}
 EXPLAINERS: dict[str, list[Explainer]] = {}   # a root cause's code -> how it explains other findings
+# the value, or (what is measured, the value) where that depends on the finding; None: not measured
+Headline = Callable[[Finding, AuditStats], "str | tuple[str, str] | None"]
+HEADLINES: dict[str, tuple[str, Headline]] = {}   # a check's code -> (what its number is, how to read it)
 
 def register(code: str, name: str, summary: str, links: bool = False,
              probe: bool = False) -> Callable[[CheckFn], CheckFn]:
@@ -53,6 +56,16 @@ def explainer(code: str) -> Callable[[Explainer], Explainer]:
     as part of the root's story (`_told_under`)."""
     def add(fn: Explainer) -> Explainer:
         EXPLAINERS.setdefault(code, []).append(fn)
+        return fn
+    return add
+
+
+def headline(code: str, label: str) -> Callable[[Headline], Headline]:
+    """Declare check `code`'s headline number: what `leaky fix` shows before -> after a fix,
+    read from a run's statistics at the finding's place (so a fixed run that no longer
+    triggers the check still has its number)."""
+    def add(fn: Headline) -> Headline:
+        HEADLINES[code] = (label, fn)
         return fn
     return add
 

@@ -7,6 +7,7 @@ import math
 
 from leaky import ops
 from leaky.config import AuditConfig
+from leaky.finding import Finding
 from leaky.stats import ActivationStats, AuditStats
 
 def _order(stats: AuditStats):
@@ -53,3 +54,16 @@ def flat_share_at(family: str | None, scale: float, config: AuditConfig) -> floa
     if found is None or found.flat_beyond is None or not scale > 0:
         return None
     return math.erfc(found.flat_beyond(config.flat_derivative_share) / (scale * math.sqrt(2)))
+
+
+def activation_of(finding: Finding, stats: AuditStats) -> ActivationStats | None:
+    """The finding's activation site: its module, op and line (a module may run the same op
+    at several lines, `F.relu` after each layer of a forward). None when a fix replaced the
+    op at that line (a LeakyReLU has no dead units): another line's units are not its own.
+    Without a line, its module and op, else its module."""
+    if finding.source is not None:
+        line = (finding.source.file, finding.source.line)
+        return next((a for a in stats.activations if a.module == finding.module and a.op == finding.op
+                     and a.source is not None and (a.source.file, a.source.line) == line), None)
+    return next((a for a in stats.activations if a.module == finding.module and a.op == finding.op), None) or \
+        next((a for a in stats.activations if a.module == finding.module), None)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import statistics
 
-from leaky.checks import register
+from leaky.checks import headline, register
+from leaky.checks._layers import activation_of
 from leaky.checks._optim import lr_cause
 from leaky.checks._util import pct, severity_above
 from leaky.config import AuditConfig
@@ -230,3 +231,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         findings.append(Finding("dead-units", "LK102", severity, message, fix, act.module, act.op,
                                 act.source, step, evidence, cause))
     return findings
+
+
+@headline("LK102", "dead units")
+def _headline(finding: Finding, stats: AuditStats):
+    act = activation_of(finding, stats)
+    return f"{act.dead_units}/{act.units}" if act is not None and act.dead_units is not None else None

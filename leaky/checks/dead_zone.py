@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from leaky import ops
-from leaky.checks import register
+from leaky.checks import headline, register
 from leaky.checks._util import line_of, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -164,3 +164,20 @@ def _finding(op: OpStats, kind: ops.Zone, share: float, severity, on_loss_path: 
                 **op.detail}
     return Finding("dead-zone", "LK106", severity, message, kind.fix, op.module, op.op, op.source, None,
                    evidence)
+
+
+@headline("LK106", "gradient elements zeroed")
+def _headline(finding: Finding, stats: AuditStats):
+    """The share the finding was judged by (its evidence's `judged_by`): of the elements, as
+    LK106 reads it (a bounded activation's share at a bound, dead_zone.judged_shares), or of
+    the gradient's mass Σ|g| arriving (a clamp on the loss path that zeroes few elements
+    carrying most of the gradient)."""
+    if finding.source is None:
+        return None
+    by_mass = finding.evidence.get("judged_by") == "gradient mass"
+    at_line = [op for op in stats.ops if op.source is not None
+               and (op.source.file, op.source.line) == (finding.source.file, finding.source.line)]
+    judged = {} if by_mass else judged_shares(stats)
+    shares = [s for op in at_line if (s := op.zeroed_mass_share if by_mass else judged.get(op.site)) is not None]
+    value = pct(max(shares)) if shares else pct(0.0)
+    return ("gradient mass zeroed", value) if by_mass else value

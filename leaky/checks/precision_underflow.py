@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from leaky.checks import register
+from leaky.checks import headline, register
 from leaky.checks._optim import optimizer_of
 from leaky.checks._util import line_of, num, pct, severity_above
 from leaky.config import AuditConfig
@@ -143,3 +143,22 @@ def _precision_origin(stats: AuditStats, kinds: tuple[str, ...] = ("autocast", "
             ("module", "bfloat16"): 3}
     known = [c for c in stats.casts if c.source is not None and (c.kind, c.dtype) in rank and c.kind in kinds]
     return min(known, key=lambda c: rank[(c.kind, c.dtype)]) if known else None
+
+
+@headline("LK304", "gradient elements flushed to 0")
+def _headline(finding: Finding, stats: AuditStats):
+    """The share the finding reports: float16 gradient elements flushed to 0 at its op, and/or
+    of the low-precision weights' elements with a gradient, those a step left unchanged."""
+    parts = []
+    if "zero_share" in finding.evidence:
+        shares = [op.underflow_share for op in stats.ops if op.underflow_share is not None and op.steps]
+        parts.append(("gradient elements flushed to 0", pct(max(shares)) if shares else "none in float16"))
+    if "unchanged_share" in finding.evidence or finding.evidence.get("rounded_updates"):
+        low = [(p.rounded_share, math.prod(p.shape)) for p in stats.params
+               if p.rounded_share is not None and p.in_optimizer and p.dtype in ("float16", "bfloat16")]
+        size = sum(n for _, n in low)
+        parts.append(("weight updates rounded away", pct(sum(s * n for s, n in low) / size) if size
+                      else "no float16/bfloat16 weights"))
+    if not parts:
+        return None
+    return " / ".join(label for label, _ in parts), " / ".join(value for _, value in parts)

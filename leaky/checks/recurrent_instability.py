@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from leaky.checks import explainer, register
+from leaky.checks import explainer, headline, register
 from leaky.checks._reach import Reach, contracting, loss_drop, reach_of
 from leaky.checks._util import line_of, num, pct
 from leaky.config import AuditConfig
@@ -158,3 +158,13 @@ def _explains_large_updates(root: Finding, symptom: Finding) -> str | None:
     grown = f" ({num(growth)}× from the last time step to the first)" if growth else ""
     return (f"its gradient grows through time in {root.module}'s recurrence{grown}, so lr·g is as large "
             "as the gradient is")
+
+
+@headline("LK105", "gradient growth over time steps")
+def _headline(finding: Finding, stats: AuditStats):
+    rec = next((r for r in stats.recurrences if r.module == finding.module), None)
+    if rec is None:
+        return None
+    if rec.profile and rec.profile[-1] > 0:
+        return f"{num(rec.profile[0] / rec.profile[-1])}× (radius {rec.spectral_radius:.2f})"
+    return f"radius {rec.spectral_radius:.2f}"

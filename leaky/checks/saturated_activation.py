@@ -38,8 +38,9 @@ weights whose rate is set at the same line, which the falling loss does not excu
 from __future__ import annotations
 
 from leaky import ops
-from leaky.checks import explainer, register
+from leaky.checks import explainer, headline, register
 from leaky.checks._collapse import collapsed, scores_param
+from leaky.checks._layers import activation_of
 from leaky.checks._optim import lr_cause
 from leaky.checks._util import line_of, num, pct, severity_above
 from leaky.config import AuditConfig
@@ -258,3 +259,19 @@ def _explains_the_steps_that_collapsed_it(root: Finding, symptom: Finding) -> st
         return (f"the learning rate set at {line_of(root.cause.source)} drove the "
                 "softmax onto one entry, and moves this weight as fast")
     return None
+
+
+@headline("LK101", "unit-samples in the flat region")
+def _headline(finding: Finding, stats: AuditStats):
+    """A sigmoid's or tanh's flat unit-samples; a softmax's one-hot rows, where the finding
+    judged them: at its first step, or over the last observed steps (a collapse)."""
+    act = activation_of(finding, stats)
+    if act is None:
+        return None
+    if finding.evidence.get("developed"):
+        share, label = act.recent_flat_share, "rows one-hot over the last observed steps"
+    elif "first_step_flat_row_share" in finding.evidence:
+        share, label = act.first_flat_share, "rows one-hot at the first step"
+    else:
+        return pct(act.flat_share) if act.flat_share is not None else None
+    return None if share is None else (label, pct(share))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from leaky.checks import register
+from leaky.checks import headline, register
 from leaky.checks._collapse import collapsed_optimizers
 from leaky.checks._loss import change_bound, curve_of, objectives
 from leaky.checks._optim import group_lrs, lr_cause, lr_origin, lrs_in_force, optimizer_of, stepped_every_batch
@@ -394,3 +394,12 @@ def _stalled(stats: AuditStats, index: int | None, start: int, config: AuditConf
                                "little was left to learn.")
     return Severity.WARNING, (f" Over those {curve.steps} steps the loss stayed flat ({num(curve.start)} → "
                               f"{num(curve.end)}): training stopped there.")
+
+
+@headline("LK202", "largest update/weight ratio")
+def _headline(finding: Finding, stats: AuditStats):
+    name = finding.evidence.get("parameter")
+    param = next((p for p in stats.params if p.name == name), None)
+    if param is None or param.update_ratio_max is None:
+        return None
+    return num(param.update_ratio_max)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from leaky.checks import explainer, register
+from leaky.checks import explainer, headline, register
 from leaky.checks._depth import depth_profile, describe, worst_ops
 from leaky.checks._util import num, severity_below
 from leaky.config import AuditConfig
@@ -75,3 +75,9 @@ def _explains_a_starved_weight(root: Finding, symptom: Finding) -> str | None:
         return None
     return (f"the gradient entering {symptom.module} is {num(share)} of the one entering "
             f"{root.evidence.get('latest_module')}, so lr·step(g) is as small")
+
+
+@headline("LK103", "gradient at the first layer / at the last")
+def _headline(finding: Finding, stats: AuditStats):
+    profile = depth_profile(stats)
+    return num(profile.ratio) if profile is not None else None
