@@ -97,6 +97,10 @@ def page_text(key: str, config: AuditConfig | None = None) -> str:
     if section is not None:
         heading, lines = section
         text = text.rstrip() + f"\n\n## {heading}\n\n" + "\n".join(lines()) + "\n"
+    if check.explained_by:
+        causes = [f"- {code} {CHECKS[code].name}: {CHECKS[code].summary}" for code in check.explained_by]
+        text = text.rstrip() + "\n\n## The findings that can explain it, in the order it names them\n\n" + \
+            "\n".join(causes) + "\n"
     return text
 
 

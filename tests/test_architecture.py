@@ -218,3 +218,19 @@ def test_each_headline_number_is_declared_in_its_own_check():
         assert read.__module__ == CHECKS[code].run.__module__, (code, read.__module__)
     metrics = (LEAKY / "fix" / "metrics.py").read_text()
     assert "@metric" not in metrics and "def _" not in metrics
+
+
+def test_the_causes_a_check_names_are_declared_at_its_registration():
+    """Which findings can explain a check's (a flat loss by dead units, ...) is declared once,
+    in its registration: every code there is a registered check, and its page lists them."""
+    from leaky.checks import CHECKS
+    from leaky.explain import page_text
+
+    declaring = [check for check in CHECKS.values() if check.explained_by]
+    assert {check.code for check in declaring} >= {"LK204", "LK205", "LK308"}
+    for check in declaring:
+        assert all(code in CHECKS and code != check.code for code in check.explained_by)
+        page = page_text(check.code)
+        assert all(f"{code} {CHECKS[code].name}" in page for code in check.explained_by)
+    sources = "".join(p.read_text() for p in (LEAKY / "checks").glob("*.py"))
+    assert "_EXPLAINS" not in sources and "_CAUSES" not in sources

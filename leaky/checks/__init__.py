@@ -30,6 +30,9 @@ class Check:
     run: CheckFn
     links: bool = False   # runs after the others and receives their findings, to name a cause
     probe: bool = False   # judged by `leaky probe` on its runs' measurements, not by an audit
+    # the codes whose findings can explain this check's, root causes before their consequences:
+    # the one table a check that names a cause (links=True, or a probe) reads its candidates from
+    explained_by: tuple[str, ...] = ()
 
 
 CHECKS: dict[str, Check] = {}
@@ -38,16 +41,22 @@ EXPLAINERS: dict[str, list[Explainer]] = {}   # a root cause's code -> how it ex
 Headline = Callable[[Finding, AuditStats], "str | tuple[str, str] | None"]
 HEADLINES: dict[str, tuple[str, Headline]] = {}   # a check's code -> (what its number is, how to read it)
 
-def register(code: str, name: str, summary: str, links: bool = False,
-             probe: bool = False) -> Callable[[CheckFn], CheckFn]:
+def register(code: str, name: str, summary: str, links: bool = False, probe: bool = False,
+             explained_by: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
     """Add a check. With links=True it is called as fn(stats, config, findings_of_the_others);
-    with probe=True only `leaky probe` calls it, on its runs' measurements."""
+    with probe=True only `leaky probe` calls it, on its runs' measurements. `explained_by`:
+    the codes whose findings can explain its findings, in the order they are preferred."""
     def add(fn: CheckFn) -> CheckFn:
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice")
-        CHECKS[code] = Check(code, name, summary, fn, links, probe)
+        CHECKS[code] = Check(code, name, summary, fn, links, probe, tuple(explained_by))
         return fn
     return add
+
+
+def explained_by(code: str) -> tuple[str, ...]:
+    """The codes that can explain check `code`'s findings, as its registration declares."""
+    return CHECKS[code].explained_by
 
 
 def explainer(code: str) -> Callable[[Explainer], Explainer]:

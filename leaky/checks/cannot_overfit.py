@@ -37,19 +37,17 @@ When the audit shows nothing that stops it, two more are not failed:
 """
 from __future__ import annotations
 
-from leaky.checks import register
+from leaky.checks import explained_by, register
 from leaky.checks._util import num, pct
 from leaky.finding import Finding, Severity, Source
 from leaky.probe.config import ProbeConfig
 from leaky.probe.stats import AuditNote, OverfitStats
 
 # The audit findings that explain a batch that cannot be memorised, the likeliest first.
-_CAUSES = ("LK108", "LK106", "LK102", "LK301", "LK107", "LK101", "LK103", "LK201", "LK202", "LK105", "LK104",
-           "LK302", "LK303", "LK304", "LK305", "LK203", "LK205")
-
-
 @register("LK308", "cannot-overfit", "one batch repeated for K steps is not driven to a small fraction of its "
-          "first loss (leaky probe)", probe=True)
+          "first loss (leaky probe)", probe=True,
+          explained_by=("LK108", "LK106", "LK102", "LK301", "LK107", "LK101", "LK103", "LK201", "LK202", "LK105",
+                        "LK104", "LK302", "LK303", "LK304", "LK305", "LK203", "LK205"))
 def check(stats: OverfitStats, config: ProbeConfig) -> list[Finding]:
     remaining = stats.remaining
     if remaining is None or remaining <= config.overfit_fraction or undecided(stats, config) is not None:
@@ -107,7 +105,8 @@ def undecided(stats: OverfitStats, config: ProbeConfig) -> str | None:
 
 def _cause(audit: tuple[AuditNote, ...]) -> AuditNote | None:
     serious = [a for a in audit if a.severity != "info"]
-    ranked = sorted((a for a in serious if a.code in _CAUSES), key=lambda a: _CAUSES.index(a.code))
+    order = explained_by("LK308")
+    ranked = sorted((a for a in serious if a.code in order), key=lambda a: order.index(a.code))
     return ranked[0] if ranked else None
 
 

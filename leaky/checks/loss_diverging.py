@@ -16,7 +16,7 @@ import math
 import statistics
 from dataclasses import replace
 
-from leaky.checks import register
+from leaky.checks import explained_by, register
 from leaky.checks._loss import Objective, cause_text, causes, curve_of, each_objective, whose, with_cause
 from leaky.checks._util import num
 from leaky.config import AuditConfig
@@ -26,12 +26,10 @@ from leaky.stats import AuditStats
 # NOTE: in order of precedence. An update larger than the weight itself (LK202 error) is
 # the mechanism of the divergence: the growing gradient (LK104) and the overflow where the
 # first NaN appears (LK107) follow from it, so its line (the learning rate) goes first.
-_EXPLAINS = ("LK202", "LK107", "LK104", "LK105", "LK203")
-
-
-@register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True)
+@register("LK205", "loss-diverging", "a rising or oscillating loss that ends in overflow", links=True,
+          explained_by=("LK202", "LK107", "LK104", "LK105", "LK203"))
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
-    found = causes(findings, _EXPLAINS, update_direction="high", recurrence_direction="grows")
+    found = causes(findings, explained_by("LK205"), update_direction="high", recurrence_direction="grows")
     return each_objective(stats, config, lambda objective: with_cause(
         _judge(stats, objective, config, found), stats, objective, found, "high", config))
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from leaky.checks import register
+from leaky.checks import explained_by, register
 from leaky.checks._loss import (Objective, cause_text, causes, change_bound, curve_of, each_objective, weights_of,
                                 whose, with_cause)
 from leaky.checks._optim import lr_cause, lr_origin
@@ -32,10 +32,9 @@ from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
 
-_EXPLAINS = ("LK102", "LK106", "LK103", "LK105", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304", "LK305")
-
-
-@register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True)
+@register("LK204", "loss-not-decreasing", "a flat loss, with the leak that explains it", links=True,
+          explained_by=("LK102", "LK106", "LK103", "LK105", "LK201", "LK108", "LK202", "LK101", "LK301", "LK304",
+                        "LK305"))
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
     return each_objective(stats, config, lambda objective: _with_cause(stats, objective, config, findings))
 
@@ -46,7 +45,7 @@ def _with_cause(stats: AuditStats, objective: Objective, config: AuditConfig, fi
     finding = _judge(stats, objective, config, findings)
     if finding is None or finding.severity is Severity.INFO:
         return finding
-    return with_cause(finding, stats, objective, causes(findings, _EXPLAINS, update_direction=None, recurrence_direction="shrinks"), "low", config)
+    return with_cause(finding, stats, objective, causes(findings, explained_by("LK204"), update_direction=None, recurrence_direction="shrinks"), "low", config)
 
 
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, findings) -> Finding | None:
@@ -64,7 +63,7 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, finding
             return None
     if drop >= config.loss_flat_share or drop < -config.loss_rising_share:
         return None   # learning, or rising (LK205's business)
-    found = causes(findings, _EXPLAINS, update_direction=None, recurrence_direction="shrinks")
+    found = causes(findings, explained_by("LK204"), update_direction=None, recurrence_direction="shrinks")
     change = f"{100 * drop:.1f}% lower" if drop >= 0 else f"{-100 * drop:.1f}% higher"
     short = f"short of the {100 * config.loss_flat_share:g}% drop that counts as learning."
     if objective.moving_target:
