@@ -146,13 +146,30 @@ def test_one_model_keeps_its_short_names():
     assert {row["name"] for row in run.report.parameters} == {"0.weight", "0.bias", "2.weight", "2.bias"}
 
 
-def test_two_models_held_by_one_loop_variable_get_distinct_names():
+def test_two_models_run_by_one_loop_variable_are_named_by_their_list():
     nets = [nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)) for _ in range(2)]
     opt = torch.optim.SGD([p for net in nets for p in net.parameters()], lr=0.1)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     with leaky.audit(steps=3) as run:
         for _ in range(3):
             loss = sum(F.mse_loss(net(x), y) for net in nets)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    modules = {row["module"] for row in run.report.modules}
+    assert {"nets[0].0", "nets[1].0"} <= modules and not any(m.startswith("net.") for m in modules), modules
+    assert {"nets[0].0.weight", "nets[1].2.bias"} <= {row["name"] for row in run.report.parameters}
+    _names_are_unique(run.report)
+
+
+def test_two_models_that_only_a_loop_variable_names_get_distinct_names():
+    pair = SimpleNamespace(a=nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)),
+                           b=nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))
+    opt = torch.optim.SGD([*pair.a.parameters(), *pair.b.parameters()], lr=0.1)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    with leaky.audit(steps=3) as run:
+        for _ in range(3):
+            loss = sum(F.mse_loss(net(x), y) for net in (pair.a, pair.b))
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -48,9 +48,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
 
 from leaky import ops
-from leaky.record.modules import unwrapped_module
 from leaky.record.opmode import op_name
 from leaky.record.rerun import batchnorm_in_eval, buffers_kept, snapshot, untouched
+from leaky.record.script_names import unwrapped_module
 from leaky.stats import BATCHNORM_NO_STATS, GRAPH, ROUTER
 
 ROOTS = 4             # root models probed per audit

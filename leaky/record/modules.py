@@ -3,8 +3,9 @@
 Global forward pre/post hooks keep a stack of running modules. The first time a module
 runs with an empty stack it is a root: its `named_modules()` give every descendant its
 dotted path. When one program has several roots (a Q-network and its target network), the
-paths are prefixed with the variable that holds each root, found in the caller's frames:
-`q_network.2`, or `agent.critic.4` for a root that a method runs as `self.critic(x)`.
+paths are prefixed with what the script calls each root, found in the caller's frames
+(record/script_names.py): `q_network.2`, `agent.critic.4` for a root that a method runs as
+`self.critic(x)`, `layers[1].relu` for the part of a list's element that runs alone.
 A name, once handed out, never changes during the run, and no two modules share one.
 It also notes, once per module, whether torch code called it (a layer that `nn.Sequential`
 runs) rather than the user's own code.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import itertools
 import sys
 import weakref
+from collections import Counter
 from dataclasses import dataclass
 
 from torch import nn
@@ -21,6 +23,7 @@ from torch.nn.modules import module as module_globals
 from torch.utils.hooks import RemovableHandle
 
 from leaky.record.compiled import outside_graphs
+from leaky.record.script_names import script_name, unwrapped_path
 from leaky.record.sites import _is_internal
 
 _MODULE_FILE = module_globals.__file__
@@ -54,6 +57,7 @@ class ModuleTracker:
         # modules that hold a root but never ran themselves (an agent whose methods run
         # self.critic(x)): the variable naming each, for the parameters they own directly
         self._holders: dict[int, tuple[str, weakref.ref]] = {}
+        self._indexed_roots: set[int] = set()   # roots named through a list's element (`layers[0].relu`)
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> "ModuleTracker":
@@ -120,12 +124,22 @@ class ModuleTracker:
         modules are first named. Roots without parameters (a loss module such as
         nn.CrossEntropyLoss()) do not make a second model. A watch names modules at its
         first check pass: a target network that first runs later gets its prefix, and the
-        model named before keeps its short names, so no name changes mid-run."""
+        model named before keeps its short names, so no name changes mid-run.
+        A root's own row is named by its class only when that says which module it is: not
+        when another root has its class (two layers' `relu` that each runs alone), nor when
+        the script names it through a list's element (`layers[0].relu`)."""
         multi = sum(1 for root in self.root_labels if self._has_params(root)) > 1
+        classes = Counter(self.infos[root].type_name for root in self.root_labels)
         for info in self.infos[len(self._names):]:
-            short = info.path or info.type_name
             qualified = self.qualified(info.key)
-            preferred = [qualified] if multi and self._has_params(info.root) else [short, qualified]
+            if multi and self._has_params(info.root):
+                preferred = [qualified]
+            elif info.path:
+                preferred = [info.path, qualified]
+            elif classes[info.type_name] > 1 or info.key in self._indexed_roots:
+                preferred = [qualified]
+            else:
+                preferred = [info.type_name, qualified]
             self._names.append(self._claim(preferred))
 
     def _claim(self, preferred: list[str]) -> str:
@@ -185,26 +199,30 @@ class ModuleTracker:
             self.on_root_return(module, args, kwargs, output)
 
     def _register_root(self, root: nn.Module) -> int:
-        variable, holder = _variable_name(root)
-        if holder is not None and id(holder) not in self._holders:
-            self._holders[id(holder)] = (variable.split(".")[0], weakref.ref(holder))
+        named = script_name(root)
+        if named.holder is not None and id(named.holder) not in self._holders:
+            used = [label for label, _ in self._holders.values()]
+            self._holders[id(named.holder)] = (_free(named.holder_label, used), weakref.ref(named.holder))
         root_key = len(self.infos)
-        self.root_labels[root_key] = self._free_label(variable or type(root).__name__)
+        self.root_labels[root_key] = _free(named.label or type(root).__name__, self.root_labels.values())
+        if named.indexed:
+            self._indexed_roots.add(root_key)
         for path, module in root.named_modules():
             if id(module) in self._by_id and self.infos[self._by_id[id(module)]].module is module:
                 continue  # already named under an earlier root
             key = len(self.infos)
-            path = _unwrapped(path, root)
+            path = unwrapped_path(path, root)
             self.infos.append(ModuleInfo(key, root_key, path, _type_name(module), module))
             self._by_id[id(module)] = key
         return self._by_id[id(root)]
 
-    def _free_label(self, label: str) -> str:
-        """Two roots never share a label: two models held by one loop variable get
-        `model`, `model#2`."""
-        used = set(self.root_labels.values())
-        numbered = (f"{label}#{count}" for count in itertools.count(2))
-        return next(n for n in itertools.chain([label], numbered) if n not in used)
+
+def _free(label: str, used) -> str:
+    """Two roots (two holders) never share a label: two models that only a loop variable
+    names get `model`, `model#2`."""
+    used = set(used)
+    numbered = (f"{label}#{count}" for count in itertools.count(2))
+    return next(n for n in itertools.chain([label], numbered) if n not in used)
 
 
 def remove_global_hook(handle: RemovableHandle) -> None:
@@ -228,90 +246,9 @@ def _caller_is_internal() -> bool:
     return frame is not None and _is_internal(frame.f_code.co_filename)
 
 
-_WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}
-
-
-def unwrapped_module(module: nn.Module) -> nn.Module:
-    """The model under the wrappers the user did not name (torch.compile's, DDP's), eager:
-    what a one-time probe runs (no recompile, no collective)."""
-    while (wrapper := _WRAPPERS.get(type(module).__name__)) and isinstance(getattr(module, wrapper, None), nn.Module):
-        module = getattr(module, wrapper)
-    return module
-
-
-def _unwrapped(path: str, root: nn.Module) -> str:
-    """Paths without the wrappers the user did not name (torch.compile's `_orig_mod`,
-    DDP's `module`), only under such a root; wrappers may nest."""
-    while (wrapper := _WRAPPERS.get(type(root).__name__)) and hasattr(root, wrapper):
-        if path == wrapper:
-            return ""
-        if path.startswith(wrapper + "."):
-            path = path[len(wrapper) + 1:]
-        root = getattr(root, wrapper)
-    return path
-
-
 def _type_name(module: nn.Module) -> str:
     """The user's class name: FSDP2's fully_shard swaps a Linear's class for `FSDPLinear`."""
     name = type(module).__name__
     if name.startswith("FSDP") and any(base.__name__ == name[4:] for base in type(module).__mro__[1:]):
         return name[4:]
     return name
-
-
-def _variable_name(module: nn.Module) -> tuple[str | None, nn.Module | None]:
-    """The name of a variable that holds this module in user code, or, for a module that a
-    method runs as `self.critic(x)`, the variable that holds `self` and the attribute path
-    to the module: `agent.critic`. The innermost user frame that knows it wins. Second, the
-    module that variable holds when it is not this one (`agent`), else None."""
-    target, suffix = module, ""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
-            found = _name_in_frame(frame, target)
-            if found is not None:
-                name, holder, path = found
-                suffix = f".{path}{suffix}" if path else suffix
-                if name != "self":
-                    return name + suffix, (holder if holder is not module else None)
-                target = holder   # name self, the module that holds it, in the frames further out
-        frame = frame.f_back
-    return (f"{type(target).__name__}{suffix}", None) if suffix else (None, None)
-
-
-def _name_in_frame(frame, target: nn.Module) -> tuple[str, nn.Module, str] | None:
-    """(variable, module it holds, path from that module to target) in one frame: a
-    variable that is the target, else one that holds it among its submodules, else `self`."""
-    scopes = (frame.f_locals, frame.f_globals)
-    named = [(name, value) for scope in scopes for name, value in list(scope.items())
-             if (name == "self" or not name.startswith("_")) and _is_module(value)]
-    for name, value in named:
-        if value is target and name != "self":
-            return name, value, ""
-    holders = [(name, value) for name, value in named if name != "self"] + \
-              [(name, value) for name, value in named if name == "self"]
-    for name, value in holders:
-        path = _path_to(value, target)
-        if path is not None:
-            return name, value, path
-    return None
-
-
-def _is_module(value) -> bool:
-    """isinstance, for any object a user frame holds (a lazy proxy's __class__ may raise)."""
-    try:
-        return isinstance(value, nn.Module)
-    except Exception:
-        return False
-
-
-def _path_to(holder: nn.Module, target: nn.Module) -> str | None:
-    """The dotted path from holder to target among holder's submodules, without the
-    wrappers the user did not name ("" when holder only wraps it); None if holder does
-    not hold it."""
-    if holder is target:
-        return None
-    for path, module in holder.named_modules():
-        if module is target:
-            return _unwrapped(path, holder)
-    return None
