@@ -35,6 +35,10 @@ class CutEvent:
     module: int | None         # module key running when the cut happened
     where: tuple[str, int] | None
     step: int
+    reaches: tuple | None = None  # module keys of every parameter the cut tensor was computed
+                                  # from, its whole graph (None: no tensor to walk, e.g. no_grad)
+    order: int | None = None      # the cut tensor's autograd sequence number: its place in forward
+    site: int | None = None       # the site of the cut tensor's node (None: a leaf, or unrecorded)
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,9 @@ class Cut:
     module: str | None
     source: Source | None
     step: int
+    reaches: tuple[str | None, ...] | None = None   # the modules whose parameters feed the cut tensor
+    order: int | None = None                        # its place in forward (autograd sequence number)
+    site: int | None = None                         # the site of the cut tensor's own node, if recorded
 
 
 @dataclass(frozen=True)

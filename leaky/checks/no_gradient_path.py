@@ -60,11 +60,13 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             continue   # only evaluated, under no_grad, in a model none of whose parameters got a gradient
         cut_off[param.module].append(param)
     cuts = {module: _find_cut(module, stats, none_trained, _optimizers(params)) for module, params in cut_off.items()}
-    # NOTE: a cut records the few modules nearest the tensor it cut: the first layers of a
-    # deep model starved by a cut of its output are behind the cut found for its later ones
+    # NOTE: a cut without its tensor's graph (no_grad, a rebuilt leaf) names the few modules
+    # nearest it: the first layers of a deep model starved by it are behind the cut found for
+    # its later ones. A cut that kept its graph names every module behind it, and a module it
+    # does not name (never called, an unused branch) is starved by something else.
     of_root: dict = {}
     for module, params in cut_off.items():
-        if cuts[module] is not None:
+        if cuts[module] is not None and cuts[module].reaches is None:
             of_root.setdefault(params[0].root, cuts[module])
     told = [(_finding(module, params, stats, cut), cut) for module, params in cut_off.items()
             for cut in [cuts[module] or of_root.get(params[0].root)]]
@@ -121,23 +123,6 @@ def _related(a: str | None, b: str | None) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def _within(module: str | None, outer: str | None) -> bool:
-    return module is not None and outer is not None and (module == outer or module.startswith(outer + "."))
-
-
-def _feeds_cut(cut: Cut, module: str | None) -> bool:
-    """A module inside the one whose forward made the cut, beside what was cut: the
-    LayerNorm before the attention in `x = x + self.attn(self.ln(x)).detach()`. The cut's
-    producers are followed a few nodes back only, and an attention is deeper than that.
-
-    NOTE: only a module's own parameters that got no gradient at all are judged (LK108), so
-    a sibling that also feeds another path to the loss is never related this way."""
-    if module is None or cut.module is None or module == cut.module or not _within(module, cut.module):
-        return False
-    parent = module.rsplit(".", 1)[0] if "." in module else ""
-    return any(_within(producer, parent) and producer != parent for producer in cut.producer if producer)
-
-
 def _kind(cut: Cut) -> str:
     return cut.kind.split(":")[0]
 
@@ -153,17 +138,28 @@ def _find_cut(module: str | None, stats: AuditStats, none_trained: bool = False,
             return none_trained   # built from values whose origin is not known: the loss reached nothing else
         if cut.kind == ops.calls.NO_GRAD:
             return _related(cut.module, module)
-        return (any(_related(producer, module) for producer in cut.producer)
-                or (module in stats.modules_ran and _feeds_cut(cut, module)))
+        if cut.reaches is not None:   # the cut tensor's whole graph: its parameters feed it, or not
+            return module in cut.reaches and cut.site not in backward_ran
+        return any(_related(producer, module) for producer in cut.producer)
 
+    # NOTE: a cut of a tensor whose own backward ran (`losses.append(loss.detach())`) left its
+    # parameters a path to the loss: whatever starves them, it is not that cut
+    backward_ran = {op.site for op in stats.ops if op.steps}
     candidates = [c for c in stats.cuts if related(c)]
     # NOTE: of two cuts of the same output (a GAN's fake images, detached for the
     # discriminator's step on purpose and, by mistake, for the generator's too), the one
     # made in a step that the parameters' own optimizer ended is the one that starves them.
+    # Of two cuts a module feeds, the later one in forward: the embedding feeds a Block's
+    # `self.attn(self.ln_1(x)).detach()` and, through the residual, a `.detach()` of the next
+    # block's input; the first alone leaves it a path to the loss, the second takes that away.
     stepped_by = {row.step: row.optimizer for row in stats.series}
     candidates.sort(key=lambda c: (_ORDER.index(_kind(c)), stepped_by.get(c.step, -1) not in optimizers,
-                                   -(module in c.producer)))
+                                   _later_first(c), -(module in c.producer)))
     return candidates[0] if candidates else None
+
+
+def _later_first(cut: Cut) -> tuple:
+    return (-cut.step, -cut.order) if cut.order is not None else (0, 0)
 
 
 def _cleared(module: str | None, stats: AuditStats) -> bool:
@@ -195,8 +191,7 @@ def _finding(module: str | None, params, stats: AuditStats, cut: Cut | None) -> 
     names = ", ".join(p.name for p in params)
     count = sum(_numel(p.shape) for p in params)
     cause = None
-    head = (f"{names} ({count} values, trainable) received no gradient in any of the "
-            f"{stats.steps} observed steps")
+    head = f"{names} ({count} values, trainable) received no gradient {_steps_checked(stats)}"
     if cut is not None:
         kind = ops.calls.cut_kind(cut.kind)
         what, fix = kind.what, kind.fix
@@ -231,9 +226,24 @@ def _finding(module: str | None, params, stats: AuditStats, cut: Cut | None) -> 
         fix = "Call the module in forward(), or remove its parameters from the optimizer."
         source, op = None, None
     evidence = {"parameters": [p.name for p in params], "values": count,
-                "cut": None if cut is None else cut.kind}
+                "cut": None if cut is None else cut.kind, "checked_steps": stats.steps, "steps_run": _steps_run(stats)}
     return Finding("no-gradient-path", "LK108", Severity.ERROR, message, fix, module, op, source, None,
                    evidence, cause=cause)
+
+
+def _steps_run(stats: AuditStats) -> int:
+    """Every step the run took (the report's 'N steps observed'), sampled in detail or not."""
+    return max(stats.steps, len(stats.series))
+
+
+def _steps_checked(stats: AuditStats) -> str:
+    """The steps whose .grad was read parameter by parameter: the sampled ones (a watch reads
+    one in `every`), which can be fewer than the steps the run took."""
+    checked, run = stats.steps, _steps_run(stats)
+    if run > checked:
+        return (f"in {'the 1 step' if checked == 1 else f'any of the {checked} steps'} leaky checked parameter "
+                f"by parameter (of {run} that ran)")
+    return "in the 1 observed step" if checked == 1 else f"in any of the {checked} observed steps"
 
 
 def _numel(shape) -> int:

@@ -56,7 +56,11 @@ class Assembly:
         name = self.modules.name
         # NOTE: a producer is a module key, or the name of a module that holds the roots without
         # running (its parameter was cut: `self.actor_logstd.detach()`)
-        cuts = tuple(Cut(c.kind, tuple(k if isinstance(k, str) else name(k) for k in c.producer), name(c.module), _source(c.where), c.step)
+        def label(keys: tuple) -> tuple:
+            return tuple(k if isinstance(k, str) else name(k) for k in keys)
+
+        cuts = tuple(Cut(c.kind, label(c.producer), name(c.module), _source(c.where), c.step,
+                         None if c.reaches is None else label(c.reaches), c.order, c.site)
                      for c in rec.cuts.values())
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
         losses_seen, inputs, weights = self._probe_stats(rec.probes, rec.init_sites)

@@ -18,6 +18,7 @@ from torch.optim import optimizer as optim_globals
 from leaky.config import AuditConfig
 from leaky.record.collector import FrozenHeap
 from leaky.record.compiled import CompiledCalls, outside_graphs
+from leaky.record.cut_paths import graph_behind, producer_sites
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_probe import BatchProbe
@@ -420,7 +421,7 @@ class Recorder(StepTracking):
             return
         if not torch.is_grad_enabled() and kind == ops.calls.DETACH:
             return
-        self._add_cut(kind, self._producer_modules(args[0]))
+        self._add_cut(kind, self._producer_modules(args[0]), args[0])
 
     def note_no_grad(self, op: str, args: tuple) -> None:
         params = parameters_in(args)
@@ -441,7 +442,7 @@ class Recorder(StepTracking):
         argmax, a cast to an integer dtype): the path to the loss is cut there."""
         inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
         if inputs:
-            self._add_cut(f"{ops.calls.NONDIFF}:{op}", self._producer_modules(inputs[0]))
+            self._add_cut(f"{ops.calls.NONDIFF}:{op}", self._producer_modules(inputs[0]), inputs[0])
 
     def note_leaf_loss(self, tensor: Tensor) -> None:
         """backward() on a tensor that is a leaf: nothing before it can get a gradient
@@ -465,28 +466,20 @@ class Recorder(StepTracking):
         key = (kind, leaf.producers, leaf.where, leaf.module)
         self.cuts.setdefault(key, CutEvent(kind, leaf.producers, leaf.module, leaf.where, leaf.step))
 
-    def _producer_modules(self, tensor: Tensor, depth: int = 8) -> tuple[int | None, ...]:
+    def _producer_modules(self, tensor: Tensor) -> tuple[int | str | None, ...]:
         """The modules whose ops produced this tensor, nearest first, through its ancestry."""
         if isinstance(tensor, nn.Parameter):
             return (self.modules.producer_of(self.params.module_of(tensor), tensor),)
-        found, frontier, seen = [], [tensor.grad_fn], set()
-        for _ in range(depth):
-            following = []
-            for node in frontier:
-                if node is None or id(node) in seen:
-                    continue
-                seen.add(id(node))
-                site = node.metadata.get(self._mark)
-                if site is not None:
-                    key = self.sites.sites[site].module_key
-                    if key not in found:
-                        found.append(key)
-                following.extend(fn for fn, _ in node.next_functions)
-            frontier = following
-        return tuple(found)
+        sites = producer_sites(tensor, self._site_of)
+        return tuple(dict.fromkeys(self.sites.sites[site].module_key for site in sites))
 
-    def _add_cut(self, kind: str, producers: tuple) -> None:
+    def _site_of(self, node) -> int | None:
+        return node.metadata.get(self._mark)
+
+    def _add_cut(self, kind: str, producers: tuple, tensor: Tensor | None = None) -> None:
         where = self.locator.locate()
         key = (kind, producers, where, self.modules.current)
         if key not in self.cuts:
-            self.cuts[key] = CutEvent(kind, producers, self.modules.current, where, self.step)
+            behind = (None, None, None) if tensor is None else graph_behind(
+                tensor, self._site_of, lambda p: self.modules.producer_of(self.params.module_of(p), p))
+            self.cuts[key] = CutEvent(kind, producers, self.modules.current, where, self.step, *behind)
