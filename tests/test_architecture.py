@@ -207,6 +207,21 @@ def test_every_check_file_is_discovered_and_registers_in_code_order():
     assert not any(f'"{name}"' in init for name in files), "checks/__init__.py lists a check by hand"
 
 
+def test_every_remedy_file_is_named_like_its_check_and_discovered():
+    """`leaky fix`'s remedies mirror the checks: one file in leaky/fix/remedies/ per check with
+    a remedy, named like the check's file (helpers start with an underscore), found without a
+    hand-written list, and each registers the remedy of that check's code."""
+    from leaky.checks import CHECKS
+    from leaky.fix.remedies import REMEDIES
+
+    files = {p.stem for p in (LEAKY / "fix" / "remedies").glob("*.py") if not p.stem.startswith("_")}
+    registered = {code: function.__module__.rsplit(".", 1)[-1] for code, function in REMEDIES.items()}
+    assert set(registered.values()) == files
+    assert registered == {code: CHECKS[code].name.replace("-", "_") for code in REMEDIES}
+    assert not any(_under(target, "leaky.fix.remedies") for target in GRAPH["leaky.fix.remedies"]), \
+        "fix/remedies/__init__.py imports a remedy by hand"
+
+
 def test_each_headline_number_is_declared_in_its_own_check():
     """What `leaky fix` shows before -> after for a finding is the check's own headline,
     declared beside its judgement (no second table of metrics to drift from it)."""

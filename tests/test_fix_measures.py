@@ -11,7 +11,7 @@ from torch import nn
 
 from leaky.cli import main
 from leaky.fix import FixConfig, try_fixes, verdict
-from leaky.fix.vanishing import targets
+from leaky.fix.remedies.vanishing_gradient import targets
 from leaky.script import script_program
 from leaky.zoo import get
 

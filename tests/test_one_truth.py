@@ -102,7 +102,7 @@ def test_weights_built_in_bfloat16_have_no_mechanical_fix_and_say_why(tmp_path):
 
 
 def test_master_weights_keep_float32_parameters_under_autocast_and_leave_nothing_behind(tmp_path):
-    from leaky.fix.precision import MasterWeights
+    from leaky.fix.remedies.precision_underflow import MasterWeights
 
     script = _write(tmp_path, """
         import torch

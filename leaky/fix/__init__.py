@@ -3,8 +3,9 @@
     from leaky.fix import try_fixes, FixConfig
     result = try_fixes(lambda: train(), FixConfig(steps=200))
 
-See `session` for the protocol, `remedies` for which fix answers which finding,
-`runtime` for how a fix is applied without editing files, and `verdict` for the noise.
+See `session` for the protocol, `remedies` for which fix answers which finding (one file
+per check, named like it), `runtime` for how a fix is applied without editing files, and
+`verdict` for the noise.
 """
 from leaky.fix.session import FixConfig, FixResult, Outcome, try_fixes
 

@@ -25,7 +25,8 @@ from typing import Callable
 from leaky import ops
 from leaky.finding import Finding
 from leaky.fix import runtime as rt
-from leaky.fix.remedies import Context, straight_through_ops
+from leaky.fix.remedies import Context
+from leaky.fix.remedies.dead_zone import straight_through_ops
 
 LOSS_ROLE = "loss_path"     # LK106's evidence["role"] for an op with no layer between it and the loss
 DEAD_ZONE = "LK106"

@@ -9,9 +9,10 @@ The runs, all from the program's start with the same seeds unless said:
    cannot be re-run from the same state (it reads live data, a clock, an unseeded
    source) and no fix is judged;
 3. `repeats` unfixed runs with shifted seeds: the run-to-run noise (`verdict`);
-4. one run per candidate fix (`remedies`); a fix that changes how the loss itself is
-   computed (removing a softmax before the loss) is compared with an unfixed run whose
-   held-out loss is computed the fixed way, so both are scored by the same function.
+4. one run per candidate fix (`remedies`, one file per check); a fix that changes how
+   the loss itself is computed (removing a softmax before the loss) is compared with an
+   unfixed run whose held-out loss is computed the fixed way, so both are scored by the
+   same function.
 
 Every run is scored by one `measure`: the held-out loss, or, where a dead zone on the loss
 path flattens it (a clamped TD error), that loss with the flat op passed through; runs 2-4
@@ -26,7 +27,7 @@ from typing import Callable
 
 from leaky.finding import Finding
 from leaky.fix import measure as measures
-from leaky.fix import metrics, precision, saturation, vanishing, verdict, wiring  # noqa: F401  (remedies register)
+from leaky.fix import metrics, verdict
 from leaky.fix.change import Change
 from leaky.fix.remedies import Candidate, Context, propose, without_remedy
 from leaky.fix.runtime import Fix
