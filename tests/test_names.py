@@ -363,3 +363,36 @@ def test_tensors_no_module_owns_get_distinct_names():
             loss.backward()
             opt.step()
     assert [row["name"] for row in run.report.parameters] == ["<param (4, 4)>", "<param (4, 4)>#2"]
+
+
+# -- a list of names cut short says so ------------------------------------------------------
+class FiveLayers(nn.Module):
+    """pytorch/examples vae's five Linear layers, held by one optimizer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc21, self.fc22 = nn.Linear(12, 16), nn.Linear(16, 4), nn.Linear(16, 4)
+        self.fc3, self.fc4 = nn.Linear(4, 16), nn.Linear(16, 12)
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        z = self.fc21(h) + torch.randn(x.shape[0], 4) * torch.exp(0.5 * self.fc22(h))
+        return self.fc4(F.relu(self.fc3(z)))
+
+
+def test_an_optimizer_over_five_layers_is_not_named_as_over_four():
+    """A forgotten zero_grad() under the VAE's Adam: LK203 said 'for optimizer #1 (over fc1,
+    fc21, fc22, fc3)' of an optimizer that holds fc4 too. A list cut short says how much it
+    left out."""
+    torch.manual_seed(0)
+    model = FiveLayers()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with leaky.audit(steps=8) as audit:
+        for _ in range(8):
+            x = torch.rand(16, 12)
+            F.mse_loss(model(x), x).backward()   # no zero_grad() anywhere
+            opt.step()
+    found = [f for f in audit.report.findings if f.code == "LK203"]
+    assert len(found) == 1
+    assert found[0].evidence["modules"] == ["fc1", "fc21", "fc22", "fc3", "fc4"]
+    assert "(over fc1, fc21, fc22, fc3 and 1 more)" in found[0].message

@@ -7,7 +7,15 @@ from __future__ import annotations
 from leaky.finding import Severity
 from leaky.numbers import line_of, num, pct
 
-__all__ = ["line_of", "num", "pct", "severity_above", "severity_below"]
+__all__ = ["line_of", "listed", "num", "pct", "severity_above", "severity_below"]
+
+
+def listed(names, most: int, sep: str = ", ") -> str:
+    """The first `most` names, then how many were left out: a message that names some of a
+    list must not read as the whole of it ('over fc1, fc21, fc22, fc3' for five layers)."""
+    names = list(names)
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return sep.join(names[:most]) + more
 
 
 def severity_above(value: float, warning: float, error: float) -> Severity | None:

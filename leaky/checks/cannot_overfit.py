@@ -38,7 +38,7 @@ When the audit shows nothing that stops it, two more are not failed:
 from __future__ import annotations
 
 from leaky.checks import explained_by, register
-from leaky.checks._util import num, pct
+from leaky.checks._util import listed, num, pct
 from leaky.finding import Finding, Severity, Source
 from leaky.probe.config import ProbeConfig
 from leaky.probe.stats import AuditNote, OverfitStats
@@ -114,12 +114,11 @@ def _why(cause: AuditNote | None, audit: tuple[AuditNote, ...]) -> str:
     """What the audit of the program as it is says about it: the cause, in its own words, and
     what else it found; or, plainly, that it found nothing that names a line."""
     serious = [a for a in audit if a.severity != "info" and a is not cause]
-    others = "; ".join(f"{a.code} {a.name} at {a.where}" for a in serious[:3])
-    more = f" and {len(serious) - 3} more" if len(serious) > 3 else ""
+    others = listed((f"{a.code} {a.name} at {a.where}" for a in serious), 3, sep="; ")
     if cause is None:
-        also = f" (it shows {others}{more}, none of which stops a batch being learned)" if serious else ""
+        also = f" (it shows {others}, none of which stops a batch being learned)" if serious else ""
         return (f"The audit of the program as it is found nothing that explains it{also}, so leaky cannot "
                 "tell which line to change.")
     said = f": {cause.message}" if cause.message else ""
-    also = f" It also shows {others}{more}." if serious else ""
+    also = f" It also shows {others}." if serious else ""
     return f"The audit of the program as it is shows the cause, {cause.code} {cause.name} at {cause.where}{said}{also}"

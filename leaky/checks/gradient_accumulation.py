@@ -11,7 +11,7 @@ call when it has one (it runs, but not once per step), else at its step() call.
 from __future__ import annotations
 
 from leaky.checks import register
-from leaky.checks._util import line_of, num
+from leaky.checks._util import line_of, listed, num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
@@ -31,7 +31,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 def _finding(stats: AuditStats, index: int, checked: int) -> Finding:
     modules = stats.optimizer_modules.get(index, [])
-    which = f"optimizer #{index + 1}" + (f" (over {', '.join(modules[:4])})" if modules else "")
+    which = f"optimizer #{index + 1}" + (f" (over {listed(modules, 4)})" if modules else "")
     norms = [n for n in stats.grad_norms if n is not None]
     ramp = norms[-1] / norms[0] if len(norms) > 1 and norms[0] else None
     grown = f"; the total gradient norm went from {num(norms[0])} to {num(norms[-1])}" if ramp else ""

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from leaky.checks import register
 from leaky.checks._optim import cleared_before_step, group_lrs, lr_origin, optimizer_of
-from leaky.checks._util import line_of, num
+from leaky.checks._util import line_of, listed, num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats, ParamStats
@@ -63,7 +63,7 @@ def _idle(stats: AuditStats) -> Finding:
     graded = [p for p in stats.params if p.grad_steps]
     modules = sorted({p.module for p in graded if p.module})
     message = (f"backward() ran {stats.backward_calls} times and an optimizer holds the parameters that got "
-               f"gradients ({', '.join(modules[:4]) or 'the model'}), but optimizer.step() never ran, so no "
+               f"gradients ({listed(modules, 4) or 'the model'}), but optimizer.step() never ran, so no "
                "weight ever changed.")
     fix = ("Call optimizer.step() after loss.backward() — with the parentheses: `optimizer.step` alone "
            "only names the method.")
@@ -86,7 +86,7 @@ def _never_stepped(idle, params: list[ParamStats], stats: AuditStats) -> Finding
     name = f"`{idle.name}`" if idle.name else f"the {idle.kind} optimizer"
     where = f" built at {line_of(idle.source)}" if idle.source else ""
     modules = sorted({p.module for p in params if p.module})
-    shown = ", ".join(modules[:6]) + (" and others" if len(modules) > 6 else "") if modules else _names(params[:6])
+    shown = listed(modules, 6) if modules else listed((p.name for p in params), 6)
     message = (f"the parameters of {shown} ({len(params)} tensors, last gradient norm up to "
                f"{max(p.grad_norm or 0.0 for p in params):.3g}) receive gradients, but the only optimizer that "
                f"holds them is {name} ({idle.kind}){where}, and its step() is never called, so no step changes "
@@ -177,7 +177,7 @@ def _cleared(index: int, params, stats: AuditStats) -> Finding:
     optimizer = stats.optimizers[index]
     modules = sorted({p.module for p in params if p.module})
     where = f" at {line_of(optimizer.cleared_source)}" if optimizer.cleared_source else ""
-    message = (f"{_names(params[:6])}{' and others' if len(params) > 6 else ''} get gradients from backward(), "
+    message = (f"{listed((p.name for p in params), 6)} get gradients from backward(), "
                f"but a zero_grad(){where} clears them between backward() and {optimizer.kind}.step() "
                f"(in {optimizer.cleared_steps} observed steps), so the step finds no gradient and changes "
                "nothing.")
