@@ -45,7 +45,7 @@ class Audit:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._recorder.__exit__(exc_type, exc, tb)
         try:
-            self.stats = build_stats(self._recorder)
+            self.stats = build_stats(self._recorder.snapshot(), self._recorder.builder)
         except Exception as exc:   # leaky's own failure: report it, do not mask the user's code
             self._recorder.fail(exc)
             self.stats = AuditStats.empty()

@@ -146,7 +146,7 @@ class Watch(Audit):
             return   # the last check pass was less than CHECK_GAP steps ago, or a tenth of the run
         self._checked_at = step
         recorder.flush_series()   # the checks read the loss series up to this step
-        stats = build_stats(recorder)
+        stats = build_stats(recorder.snapshot(), recorder.builder)
         findings = run_all(stats, self.config)
         if self.store is not None:
             self.store.add_module_stats(self.run_id, step, [

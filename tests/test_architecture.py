@@ -249,3 +249,30 @@ def test_the_causes_a_check_names_are_declared_at_its_registration():
         assert all(f"{code} {CHECKS[code].name}" in page for code in check.explained_by)
     sources = "".join(p.read_text() for p in (LEAKY / "checks").glob("*.py"))
     assert "_EXPLAINS" not in sources and "_CAUSES" not in sources
+
+
+def test_derive_reads_the_record_only_through_its_run_record():
+    """derive/ is given a frozen RunRecord (Recorder.snapshot()) and the running sums, never the
+    Recorder: no file of it names the Recorder or imports its module, and assemble.py reads of
+    the run record only its declared fields, none private."""
+    from dataclasses import fields
+
+    from leaky.record.run_record import RunRecord
+
+    derive = {name: FILES[name] for name in FILES if _under(name, "leaky.derive")}
+    naming = sorted(name for name, path in derive.items()
+                    if "Recorder" in (text := path.read_text(encoding="utf-8")) or "record.recorder" in text)
+    importing = sorted(name for name in derive if "leaky.record.recorder" in GRAPH[name])
+    assert naming == [] and importing == []
+
+    tree = ast.parse(FILES["leaky.derive.assemble"].read_text(encoding="utf-8"))
+
+    def is_run(node: ast.AST) -> bool:   # `run` or `self.run`
+        return (isinstance(node, ast.Name) and node.id == "run") or (
+            isinstance(node, ast.Attribute) and node.attr == "run" and isinstance(node.value, ast.Name)
+            and node.value.id == "self")
+
+    reads = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and is_run(node.value)}
+    assert {"optimizer_exists", "idle_at", "sites", "cuts"} <= reads   # the scan sees the real reads
+    assert sorted(r for r in reads if r.startswith("_")) == []
+    assert reads <= {f.name for f in fields(RunRecord)}

@@ -6,11 +6,12 @@
   per-optimizer running sums; the every-step series.
 - `ranks.py`: the merge across ranks.
 - `assemble.py`: the end of a run (or a watch's check pass): AuditStats from the running
-  sums and the recorder's raw state.
+  sums and the run's RunRecord (record/run_record.py, the one contract between record/ and
+  derive/: derive reads the record only through it).
 - `modules.py`: the per-module table, once. `recurrence.py`: spectral radii.
   `origins.py`: where optimizers, schedulers and casts were set up.
 
-`StatsBuilder` is what a Recorder is given as its sink: the recorder calls add_step,
+`StatsBuilder` is what record/ is given as its sink: record/ calls add_step,
 add_series and merge_ranks, and never reads a statistic back.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""End-of-run assembly: the recorder's raw state and the running sums, as frozen AuditStats.
+"""End-of-run assembly: the run's record and the running sums, as frozen AuditStats.
 
 Called once at the end of an audit, and at each check pass of a watch. It reads what
-record/ kept (sites, modules, units, probes, cuts, origins) and what derive/accumulate.py
-summed, and computes each statistic the checks read: per-op means, per-unit dead and flat
-shares, per-parameter update ratios, the spectral radius of each recurrence, the
-per-module table.
+record/ kept, as one frozen RunRecord (record/run_record.py: sites, modules, units,
+probes, cuts, origins), and what derive/accumulate.py summed, and computes each statistic
+the checks read: per-op means, per-unit dead and flat shares, per-parameter update ratios,
+the spectral radius of each recurrence, the per-module table.
 """
 from __future__ import annotations
 
@@ -13,44 +13,45 @@ import math
 from collections import defaultdict
 
 import numpy as np
-import torch
 
 from leaky.derive.accumulate import SiteSums
 from leaky.derive.modules import module_table
 from leaky.derive.origins import cast_stats_of, optimizer_stats_of, unstepped_optimizers
 from leaky.derive.recurrence import RadiusCache, find_recurrences
 from leaky.record.activations import HIST_LOW, UnitStats, median_from_hist
+from leaky.record.run_record import RunRecord
 from leaky.stats import (ActivationStats, AuditStats, BatchMixingStats, Cut, FunctionStats, InputStats, LossStats, NonFinite,
                          OpStats, ParamStats, WeightStats, _source)
 
 
-def build_stats(recorder) -> AuditStats:
-    """Everything the recorder saw, as AuditStats (the recorder keeps observing)."""
-    return Assembly(recorder).stats()
+def build_stats(run: RunRecord, sums) -> AuditStats:
+    """Everything a run recorded (`run`, the record's snapshot) and its running sums
+    (`sums`, the StatsBuilder the record fed), as AuditStats. derive never sees the record itself."""
+    return Assembly(run, sums).stats()
 
 
 class Assembly:
-    def __init__(self, recorder) -> None:
-        self.recorder = recorder
-        self.builder = recorder.builder
-        self.sites, self.modules, self.params = recorder.sites, recorder.modules, recorder.params
-        self.origins = recorder.origins
-        built = [self.origins.optimizer(o) for o in recorder.optimizers]
+    def __init__(self, run: RunRecord, sums) -> None:
+        self.run = run
+        self.builder = sums
+        self.sites, self.modules, self.params = run.sites, run.modules, run.params
+        self.origins = run.origins
+        built = [self.origins.optimizer(o) for o in run.optimizers]
         self.first_optimizer_order = min((o.order for o in built if o.where is not None), default=None)
 
     def stats(self) -> AuditStats:
-        rec, builder = self.recorder, self.builder
-        idle = bool(rec._optimizer_exists) and not rec.saw_optimizer and rec.backward_calls >= 2
+        run, builder = self.run, self.builder
+        idle = run.optimizer_exists and not run.saw_optimizer and run.backward_calls >= 2
         ops = tuple(self._op_stats(site) for site in self.sites.sites)
         by_site = {op.site: op for op in ops}
-        activations = tuple(self._activation_stats(site, units, by_site) for site, units in rec.units.items())
+        activations = tuple(self._activation_stats(site, units, by_site) for site, units in run.units.items())
         pairs = list(self._param_stats())
         params = tuple(p for _, p in pairs)
         orphans = {pid: p.name for pid, p in pairs if p.grad_steps and not p.in_optimizer}
         if builder.radius_cache is None:
             builder.radius_cache = RadiusCache()
-        recurrences = tuple(find_recurrences(self.modules, rec.feedback.param_uses, by_site, self.params.owners(),
-                                             builder.radius_cache, rec.init_sites))
+        recurrences = tuple(find_recurrences(self.modules, run.param_uses, by_site, self.params.owners(),
+                                             builder.radius_cache, run.init_sites))
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(builder.nonfinite.items(), reverse=True))
         name = self.modules.name
@@ -61,30 +62,29 @@ class Assembly:
 
         cuts = tuple(Cut(c.kind, label(c.producer), name(c.module), _source(c.where), c.step,
                          None if c.reaches is None else label(c.reaches), c.order, c.site)
-                     for c in rec.cuts.values())
+                     for c in run.cuts)
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
-        losses_seen, inputs, weights = self._probe_stats(rec.probes, rec.init_sites)
+        losses_seen, inputs, weights = self._probe_stats(run.probes, run.init_sites)
         series = tuple(sorted(builder.series, key=lambda row: row.step))
-        scaler = _loss_scaler(rec.heap) if any(op.underflow_share is not None for op in ops) else None
+        scaler = run.loss_scaler() if any(op.underflow_share is not None for op in ops) else None
         return AuditStats(
-            steps=builder.steps, backward_calls=rec.backward_calls, used_optimizer=bool(rec.optimizers), ops=ops,
+            steps=builder.steps, backward_calls=run.backward_calls, used_optimizer=bool(run.optimizers), ops=ops,
             activations=activations, params=params, recurrences=recurrences,
             nonfinite=builder.with_rank_events(nonfinite), cuts=cuts,
             losses=tuple(row.loss for row in series if row.loss is not None),
             grad_norms=tuple(row.grad_norm for row in series if row.grad_norm is not None),
             module_types=types, modules_ran=frozenset(op.module for op in ops if op.module is not None),
             clean_steps=builder.clean_steps, losses_seen=losses_seen, inputs=inputs, weights=weights,
-            functions=tuple(self._function_stats(rec.functions.checks)), loss_scaler=scaler, series=series,
+            functions=tuple(self._function_stats(run.function_checks)), loss_scaler=scaler, series=series,
             sample_steps=tuple(builder.sample_steps), carried_steps=dict(builder.carried_steps),
             carry_checked=dict(builder.carry_checked), optimizer_modules=self._optimizer_modules(),
-            idle_optimizer=idle, optimizers=optimizer_stats_of(self.origins, rec.optimizers),
-            unstepped_optimizers=unstepped_optimizers(self.origins, rec.optimizers, orphans) if orphans else (),
-            casts=cast_stats_of(self.origins), idle_source=_source(rec._idle_at() if idle else None),
-            coupled_optimizers=frozenset(rec.coupling.pairs), target_syncs=tuple(rec.moving.syncs),
-            target_copied=rec.moving.copied,
-            compiled_modules=frozenset(name(key) for key in rec.compiled.module_keys),
+            idle_optimizer=idle, optimizers=optimizer_stats_of(self.origins, run.optimizers),
+            unstepped_optimizers=unstepped_optimizers(self.origins, run.optimizers, orphans) if orphans else (),
+            casts=cast_stats_of(self.origins), idle_source=_source(run.idle_at if idle else None),
+            coupled_optimizers=run.coupled_pairs, target_syncs=run.target_syncs, target_copied=run.target_copied,
+            compiled_modules=frozenset(name(key) for key in run.compiled_module_keys),
             module_table=module_table(ops, activations, params, recurrences, types),
-            batch_mixing=tuple(self._batch_mixing(rec.batch.records)))
+            batch_mixing=tuple(self._batch_mixing(run.batch_records)))
 
     def _batch_mixing(self, records):
         name = self.modules.name
@@ -134,7 +134,7 @@ class Assembly:
             zeroed_mass_share=min(1.0, acc.mass_zeroed / acc.mass_in) if acc.mass_in > 0 else None)
 
     def _activation_stats(self, site: int, units: UnitStats, by_site) -> ActivationStats:
-        builder, config = self.builder, self.recorder.config
+        builder, config = self.builder, self.run.config
         op = by_site[site]
         host = units.host()
         per_call = units.samples / units.calls if units.calls else None   # this rank's calls
@@ -170,7 +170,7 @@ class Assembly:
 
     def _bypass(self, site: int) -> dict:
         """Where a saturating op's own input goes around it (record/bypass.py), and the gain."""
-        composite, shared = self.recorder.bypass.found.get(site, (None, None))
+        composite, shared = self.run.bypasses.get(site, (None, None))
         total, steps = self.builder.bypass_gain.get(site, (0.0, 0))
         return {"bypass_site": composite, "bypass_input_site": shared,
                 "bypass_gain": 10.0 ** (total / steps) if steps else None}
@@ -225,7 +225,7 @@ class Assembly:
         """For each optimizer (index), the modules whose parameters it holds."""
         owners = self.params.owners()
         result = {}
-        for index, optimizer in enumerate(self.recorder.optimizers):
+        for index, optimizer in enumerate(self.run.optimizers):
             names = {self.modules.name(owners[id(p)][0]) for g in optimizer.param_groups for p in g["params"]
                      if id(p) in owners}
             result[index] = sorted(n for n in names if n)
@@ -333,11 +333,3 @@ def _death_steps(last_fired: np.ndarray, observed: list[int]) -> tuple[tuple[int
     seen = [observed[min(int(i), len(observed) - 1)] for i in after]
     return tuple(int(s) + 1 for s in fired), tuple(int(s) for s in seen)
 
-
-def _loss_scaler(heap) -> dict | None:
-    """A live, enabled GradScaler and its current scale (the recorder's heap scan, at each pass)."""
-    scaler = heap.grad_scaler()
-    try:
-        return None if scaler is None else {"scale": float(scaler.get_scale())}
-    except Exception:   # a scaler in a state leaky does not know: as if none were found
-        return None

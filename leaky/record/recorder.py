@@ -34,7 +34,8 @@ from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
 from leaky.record.opmode import OpMode, parameters_in
-from leaky.record.origins import OriginWatch, bare_method_statement
+from leaky.record.origins import OriginWatch
+from leaky.record.run_record import RunRecord, snapshot
 from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
@@ -247,10 +248,9 @@ class Recorder(StepTracking):
     def steps_done(self) -> int:
         return self.builder.steps
 
-    def _idle_at(self) -> tuple | None:
-        """With an optimizer that never stepped: a bare `optimizer.step` statement near the
-        backward() call (the method named, not called), else the backward() call itself."""
-        return bare_method_statement(self.backward_at, "step") or self.backward_at
+    def snapshot(self) -> RunRecord:
+        """What derive reads of this run, frozen (record/run_record.py); observing goes on."""
+        return snapshot(self)
 
     def _note_zero_grad(self, key: tuple) -> None:
         if self.active:
