@@ -48,7 +48,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
 
 from leaky import ops
-from leaky.record.opmode import op_name
+from leaky.record.call_args import op_name
 from leaky.record.rerun import batchnorm_in_eval, buffers_kept, snapshot, untouched
 from leaky.record.script_names import unwrapped_module
 from leaky.stats import BATCHNORM_NO_STATS, GRAPH, ROUTER

@@ -31,79 +31,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from leaky.record.guards import frames_compiled_already, keep_dynamo_off_entries, note_compiled, outside_graphs
+
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
-
-try:
-    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _eval_frame_callback
-except ImportError:   # a torch without Dynamo
-    def _eval_frame_callback():
-        return None
 
 NOTE = ("{name} is torch.compile'd: leaky does not look inside it, so it runs exactly as compiled; "
         "the loss, the steps and each parameter's gradient and update are measured, but not its ops "
         "(dead or saturated units, dead zones, where a NaN starts or the gradient path is cut). "
         "To audit its ops, run once with TORCH_COMPILE_DISABLE=1.")
-
-
-def _nothing(*args, **kwargs) -> None:
-    return None
-
-
-def _dynamo_running() -> bool:
-    """Whether a compiled call is in progress on this thread (Dynamo's frame callback is set)."""
-    callback = _eval_frame_callback()
-    return callback is not None and callback is not False
-
-
-# NOTE: set once this process has compiled code: torch.compile called, a compiled module
-# called, or frames that Dynamo compiled before the audit. Until then nothing can be traced
-# and a callback costs one list read, not two flag calls (torch.optim alone loads Dynamo).
-_COMPILED_SEEN = [False]
-
-
-def _note_compiled() -> None:
-    _COMPILED_SEEN[0] = True
-
-
-def _frames_compiled_already() -> bool:
-    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
-    try:
-        return bool(counters and counters["frames"]["total"])
-    except Exception:
-        return True   # cannot tell: keep every callback checked
-
-
-def outside_graphs(fn: Callable, traced: Callable = _nothing) -> Callable:
-    """`fn`, kept out of Dynamo: while Dynamo traces, the call is `traced(*args)` instead (a
-    pass-through of what `fn` observes); called while compiled code runs, `fn` runs with
-    Dynamo off. Otherwise `fn` itself, at the cost of one flag read."""
-    without_dynamo: list = []
-    seen = _COMPILED_SEEN
-
-    def entry(*args, **kwargs):
-        if not seen[0]:
-            return fn(*args, **kwargs)
-        if torch.compiler.is_compiling():
-            return traced(*args, **kwargs)
-        if _dynamo_running():
-            if not without_dynamo:
-                without_dynamo.append(torch.compiler.disable(fn, recursive=True))
-            return without_dynamo[0](*args, **kwargs)
-        return fn(*args, **kwargs)
-
-    return functools.wraps(fn)(entry)
-
-
-_ENTRY_CODE = outside_graphs(_nothing).__code__
-
-
-def _keep_dynamo_off_entries() -> None:
-    """Dynamo compiles any frame it meets while a compiled call runs. `entry` must be
-    inlined when traced (then it is a pass-through) but never compiled as a frame of its
-    own (it would compile the pass-through and skip leaky): mark its code, once."""
-    from torch._dynamo.eval_frame import skip_code
-    skip_code(_ENTRY_CODE)
 
 
 class CompiledCalls:
@@ -127,7 +63,7 @@ class CompiledCalls:
 
         @functools.wraps(original)
         def compile(model=None, *args, **kwargs):
-            _note_compiled()
+            note_compiled()
             compiled = original(model, *args, **kwargs)
             if calls._compile is None:
                 return compiled   # after the audit, beneath another library's wrapper (see __exit__)
@@ -162,9 +98,9 @@ class CompiledCalls:
         if self._module_call is not None:
             return
         from torch._dynamo.eval_frame import OptimizedModule
-        if _frames_compiled_already():
-            _note_compiled()
-        _keep_dynamo_off_entries()
+        if frames_compiled_already():
+            note_compiled()
+        keep_dynamo_off_entries()
         self._tag_modules_beneath_origins()
         self._module_call = original = OptimizedModule.__dict__["__call__"]
         calls = self
@@ -234,7 +170,7 @@ class CompiledCalls:
     def _call(self, target: Any, run: Callable, *args, **kwargs) -> Any:
         """Run compiled code with leaky's traceable instruments off. With
         TORCH_COMPILE_DISABLE=1 it runs eagerly: then it is observed like any other code."""
-        _note_compiled()
+        note_compiled()
         rec = self.recorder
         if self._depth or rec is None or not rec.active:
             return run(*args, **kwargs)

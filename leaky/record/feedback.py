@@ -13,7 +13,7 @@ from collections import defaultdict
 from torch import Tensor, nn
 
 from leaky.record.gradients import leads_to_param
-from leaky.record.opmode import parameters_in
+from leaky.record.call_args import parameters_in
 
 FEEDBACK_STEPS = 3   # observed steps in which a square matmul site is asked whether it feeds back
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.function import Function
 
-from leaky.record.compiled import outside_graphs
+from leaky.record.guards import outside_graphs
 from leaky.record.gradcheck import GradcheckResult, check_function
-from leaky.record.opmode import tensors_in
+from leaky.record.call_args import tensors_in
 
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder

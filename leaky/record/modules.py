@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.utils.hooks import RemovableHandle
 
-from leaky.record.compiled import outside_graphs
+from leaky.record.guards import outside_graphs
 from leaky.record.script_names import script_name, unwrapped_path
 from leaky.record.sites import _is_internal
 

@@ -17,7 +17,7 @@ from torch import Tensor
 from leaky import ops
 from leaky.record import distributed
 from leaky.stats import SeriesRow
-from leaky.record.compiled import outside_graphs
+from leaky.record.guards import outside_graphs
 
 
 class TensorBackwardPatch:

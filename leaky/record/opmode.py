@@ -7,14 +7,15 @@ the op's own output untouched, so training is unchanged.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from leaky import ops
-from leaky.record.compiled import outside_graphs
+from leaky.record.call_args import op_name, tensors_in
+from leaky.record.guards import outside_graphs
 
 if TYPE_CHECKING:
     from leaky.record.recorder import Recorder
@@ -26,31 +27,6 @@ _CUTS = ops.calls.CUTS           # calls that leave the graph, and the kind of c
 _NN_INIT = ops.calls.NN_INIT
 _LEAF_MAKERS = ops.calls.LEAF_MAKERS   # calls that can build a new leaf that requires grad
 _DATA = torch.Tensor.data   # `.data` reaches us as this descriptor's (freshly bound) __get__
-
-
-def op_name(func: Any) -> str:
-    name = getattr(func, "__name__", None) or str(func)
-    if name.startswith("__") and name.endswith("__"):
-        name = name[2:-2].lstrip("ir") if name[2:-2] in _REFLECTED else name[2:-2]
-    return name
-
-
-_REFLECTED = {"radd", "rsub", "rmul", "rtruediv", "rmatmul", "rpow", "iadd", "isub", "imul", "itruediv"}
-
-
-def tensors_in(out: Any) -> list[Tensor]:
-    """The tensors of an output or an argument tuple, one level of nesting deep."""
-    if isinstance(out, Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        found = []
-        for item in out:
-            if isinstance(item, Tensor):
-                found.append(item)
-            elif isinstance(item, (tuple, list)):
-                found.extend(t for t in item if isinstance(t, Tensor))
-        return found
-    return []
 
 
 def _call_through(mode, func, types, args=(), kwargs=None):
@@ -105,13 +81,3 @@ class OpMode(TorchFunctionMode):
         return out
 
     __torch_function__ = outside_graphs(_observe, traced=_call_through)
-
-
-def parameters_in(args: tuple) -> list[nn.Parameter]:
-    found = []
-    for a in args:
-        if isinstance(a, nn.Parameter):
-            found.append(a)
-        elif isinstance(a, (tuple, list)):
-            found.extend(p for p in a if isinstance(p, nn.Parameter))
-    return found

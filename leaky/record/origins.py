@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim import lr_scheduler
 
-from leaky.record.compiled import outside_graphs
+from leaky.record.guards import outside_graphs
 from leaky.record.sites import SourceLocator, _is_internal
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)

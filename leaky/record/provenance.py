@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from leaky.record.opmode import tensors_in
+from leaky.record.call_args import tensors_in
 
 
 class Provenance:

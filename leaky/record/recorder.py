@@ -17,7 +17,8 @@ from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
 from leaky.record.collector import FrozenHeap
-from leaky.record.compiled import CompiledCalls, outside_graphs
+from leaky.record.compiled import CompiledCalls
+from leaky.record.guards import outside_graphs
 from leaky.record.cut_paths import graph_behind, producer_sites
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
@@ -33,7 +34,8 @@ from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
-from leaky.record.opmode import OpMode, parameters_in
+from leaky.record.call_args import parameters_in
+from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginWatch
 from leaky.record.run_record import RunRecord, snapshot
 from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
