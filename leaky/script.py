@@ -29,6 +29,7 @@ class ScriptRun:
     status: str                 # "finished" | "stopped" | "failed" | "interrupted" | "exited"
     error: str | None = None    # one line: the script's exception, if it raised or exited nonzero
     failure: ScriptFailure | None = None   # how it failed: Python's exit status and traceback
+    children_cpu_s: float | None = None    # CPU seconds its ended child processes used (None: not known)
 
     @property
     def exit_status(self) -> int | None:
@@ -80,6 +81,34 @@ def _stop() -> None:
     raise StopObserving()
 
 
+def _here_only(fn):
+    """`fn`, run in this process only. NOTE: a child the script forks while it is observed
+    (torch.multiprocessing's Process under the fork start method: Hogwild) inherits leaky's
+    hooks, and must train on as it would without leaky: never stopped at this run's step
+    limit (its training died at step 20 with StopObserving), nor shown as this run's progress."""
+    if fn is None:
+        return None
+    pid = os.getpid()
+
+    def call(*args):
+        if os.getpid() == pid:
+            return fn(*args)
+        return None
+    return call
+
+
+def _children_cpu() -> float | None:
+    """CPU seconds used so far by this process's ended and waited-for children (None where the
+    OS does not say). NOTE: leaky observes its own process only: a script that trains in
+    processes it starts itself (torch.multiprocessing: Hogwild, mp.spawn) shows here alone."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, make_audit=None) -> ScriptRun:
     """Run the script under `make_audit(script)` (default: an Audit of config.steps steps)."""
     script = check_script(path)
@@ -87,11 +116,13 @@ def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, ma
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))
     try:
-        audit = make_audit(script) if make_audit else Audit(config=config, on_limit=_stop, on_step=on_step)
+        audit = make_audit(script) if make_audit else Audit(config=config, on_limit=_here_only(_stop),
+                                                             on_step=_here_only(on_step))
     except Exception:
         sys.argv, sys.path[:] = saved_argv, saved_path
         raise
     run = ScriptRun(audit, "finished")
+    children_before = _children_cpu()
     try:
         with audit:
             try:
@@ -106,6 +137,9 @@ def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, ma
                                    "error": run.error, "exit_status": run.exit_status})
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        children_after = _children_cpu()
+        if children_before is not None and children_after is not None:
+            run.children_cpu_s = children_after - children_before
     return run
 
 

@@ -111,6 +111,14 @@ def nothing_observed(script: str, run, report, verb: str) -> int:
         error(f"leaky stopped observing {script} after an internal error before its first step "
                f"({report.run['internal_error']}); nothing to {verb}. Please report this.")
         return EXIT_UNUSABLE
+    if run.children_cpu_s:
+        error(f"no backward pass ran in the process leaky observes; {script}'s child processes worked for "
+              f"{run.children_cpu_s:.1f} s of CPU. leaky cannot see a model trained in processes the script "
+              "starts itself (torch.multiprocessing: Hogwild's Process(target=train), mp.spawn): run it under "
+              f"torchrun (`torchrun --nproc_per_node=N -m leaky {verb} {script}`) if it is distributed, or put "
+              "`with leaky.audit() as audit:` around the training loop of the function each process runs, "
+              f"then print(audit.report). Nothing to {verb}.")
+        return EXIT_UNUSABLE
     error(f"no backward pass was observed in {script}; nothing to {verb}. Does the script call loss.backward()?")
     return EXIT_UNUSABLE
 
