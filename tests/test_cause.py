@@ -281,3 +281,30 @@ def test_units_killed_by_a_large_update_name_the_learning_rate(tmp_path):
     assert dead, "the units must die during the observed steps"
     assert all(f["cause"] == {"file": str(script), "line": marks["optimizer"],
                               "what": "the learning rate 0.1 of Adam set here"} for f in dead)
+
+
+def test_a_loss_that_overflows_on_raw_features_names_the_learning_rate(tmp_path):
+    """Linear regression on raw features (areas ~1e3, years ~2e3) with SGD at 1e-4: the
+    curvature grows with feature², so the rate is far past 2/λmax and the loss overflows in
+    a few steps. What explains the rise (a gradient norm that overflowed, a NaN at the loss)
+    names no line of its own: the line to change is the learning rate, which their advice lowers."""
+    script, marks = _script(tmp_path, "regression.py", """
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+        area = 500 + 3000 * torch.rand(1000)
+        year = 1950 + 70 * torch.rand(1000)
+        x = torch.stack([area, year], 1)
+        y = (0.12 * area + 0.4 * (year - 1950) + 10 * torch.randn(1000)).unsqueeze(1)
+        model = nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)  # MARK: lr
+        for step in range(40):
+            idx = torch.randint(0, 1000, (200,))
+            loss = nn.functional.mse_loss(model(x[idx]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """)
+    (rising,) = _with(_audit(tmp_path, script, "--steps", "20"), "LK205")
+    assert rising["evidence"].get("explained_by"), rising   # told under the overflow that explains it
+    assert rising["cause"]["line"] == marks["lr"], rising["cause"]

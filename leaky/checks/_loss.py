@@ -211,12 +211,13 @@ def change_bound(stats: AuditStats, objective: Objective) -> float | None:
 def with_cause(finding: Finding | None, stats: AuditStats, objective: Objective, found: list[Finding],
                direction: str, config: AuditConfig) -> Finding | None:
     """The loss finding with the line to change: the cause of the finding that explains it
-    when it has one, else (no other leak explains it) the learning rate of its optimizer,
-    which the advice is about."""
+    when it has one, else the learning rate of its optimizer, which the advice is about:
+    when no other leak explains it, or, for a rising loss, when those that do name no line
+    (a gradient that overflowed, a NaN at the loss: what their advice lowers is the rate)."""
     if finding is None or finding.cause is not None:
         return finding
     cause = next((f.cause for f in found if f.cause is not None), None) if found else None
-    if cause is None and not found:
+    if cause is None and (not found or direction == "high"):
         param = next((p for p in stats.params if p.in_optimizer and p.optimizer == objective.optimizer), None)
         cause = None if param is None else lr_cause(stats, param, direction, config)
     return replace(finding, cause=cause) if cause is not None else finding
