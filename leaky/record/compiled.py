@@ -34,7 +34,7 @@ import torch
 from leaky.record.guards import frames_compiled_already, keep_dynamo_off_entries, note_compiled, outside_graphs
 
 if TYPE_CHECKING:
-    from leaky.record.recorder import Recorder
+    from leaky.record.roles import CompiledHost
 
 NOTE = ("{name} is torch.compile'd: leaky does not look inside it, so it runs exactly as compiled; "
         "the loss, the steps and each parameter's gradient and update are measured, but not its ops "
@@ -45,8 +45,8 @@ NOTE = ("{name} is torch.compile'd: leaky does not look inside it, so it runs ex
 class CompiledCalls:
     """Context manager: while active, each call of compiled code runs with leaky off."""
 
-    def __init__(self, recorder: "Recorder") -> None:
-        self.recorder: "Recorder | None" = recorder
+    def __init__(self, recorder: "CompiledHost") -> None:
+        self.recorder: "CompiledHost | None" = recorder
         self.names: list[str] = []            # compiled modules and functions that ran, as the user names them
         self.module_keys: set[int] = set()    # the modules inside them (ModuleTracker keys)
         self._seen: set[int] = set()

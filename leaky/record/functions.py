@@ -20,7 +20,7 @@ from leaky.record.gradcheck import GradcheckResult, check_function
 from leaky.record.call_args import tensors_in
 
 if TYPE_CHECKING:
-    from leaky.record.recorder import Recorder
+    from leaky.record.roles import FunctionHost
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _user_function(cls) -> bool:
 class FunctionWatch:
     """Context manager: while active, user Functions are attributed and checked."""
 
-    def __init__(self, recorder: "Recorder") -> None:
+    def __init__(self, recorder: "FunctionHost") -> None:
         self.recorder = recorder
         self.checks: dict[type, FunctionCheck] = {}
         self._original = None

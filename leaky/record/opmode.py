@@ -18,7 +18,7 @@ from leaky.record.call_args import op_name, tensors_in
 from leaky.record.guards import outside_graphs
 
 if TYPE_CHECKING:
-    from leaky.record.recorder import Recorder
+    from leaky.record.roles import OpHost
 
 # calls that only read metadata, and attribute writes (`p.grad = None` in every zero_grad:
 # its output is None, nothing to observe): passed straight through
@@ -36,7 +36,7 @@ def _call_through(mode, func, types, args=(), kwargs=None):
 class OpMode(TorchFunctionMode):
     """Forwards every call unchanged; reports what it saw to the recorder."""
 
-    def __init__(self, recorder: "Recorder") -> None:
+    def __init__(self, recorder: "OpHost") -> None:
         super().__init__()
         self.recorder = recorder
 

@@ -27,7 +27,7 @@ from leaky.config import AuditConfig
 from leaky.record.origins import bare_method_statement
 
 if TYPE_CHECKING:
-    from leaky.record.recorder import Recorder
+    from leaky.record.roles import Observed
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class RunRecord:
     probes: Any                          # ForwardProbes
 
 
-def snapshot(rec: "Recorder") -> RunRecord:
+def snapshot(rec: "Observed") -> RunRecord:
     """The recorder's state now, as a RunRecord (the recorder keeps observing)."""
     exists = bool(rec._optimizer_exists)
     idle = exists and not rec.saw_optimizer and rec.backward_calls >= 2
