@@ -47,7 +47,7 @@ ENTRY_POINTS = [
     ("leaky.record.sites", "SourceLocator", "locate"),
     ("leaky.record.sites", "SiteTable", "find"),
     ("leaky.record.forward", "ForwardProbes", "observe"),
-    ("leaky.record.feedback", "FeedbackWatch", "note_matmul"),
+    ("leaky.record.feedback", "FeedbackUses", "note_matmul"),
     ("leaky.record.gradients", "GradientRecorder", "watch"),
     ("leaky.record.gradients", "GradientRecorder", "_record"),
     ("leaky.record.gradients", "GradientRecorder", "_norms"),
@@ -65,12 +65,12 @@ ENTRY_POINTS = [
 
 # what an unsampled watch step calls; the first four are called by torch (the rest inside them)
 WATCH_TOP = ["StepTracking._note_backward", "StepTracking._before_opt_step", "StepTracking._after_opt_step",
-             "OriginWatch._zero_grad"]
+             "OriginRecords._zero_grad"]
 WATCH_ENTRY_POINTS = [
     ("leaky.record.steps", "StepTracking", "_note_backward"),
     ("leaky.record.steps", "StepTracking", "_before_opt_step"),
     ("leaky.record.steps", "StepTracking", "_after_opt_step"),
-    ("leaky.record.origins", "OriginWatch", "_zero_grad"),
+    ("leaky.record.origins", "OriginRecords", "_zero_grad"),
     ("leaky.record.monitor", "StepMonitor", "note_loss"),
     ("leaky.record.steps", "StepTracking", "_probe_old_grads"),
     ("leaky.record.steps", "StepTracking", "_end_step"),

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from leaky.probe.config import ProbeConfig
-from leaky.probe.stats import AuditNote, InputStats, OverfitStats
+from leaky.probe.stats import AuditNote, ZeroedInputStats, OverfitStats
 from tests.check_cases import fires, quiet
 
 CONFIG = ProbeConfig()
@@ -70,8 +70,8 @@ def test_lk308_pace_and_remaining():
     assert OverfitStats((0.5,) * 10, 10, floor=0.5).remaining is None    # nothing to reduce
 
 
-def _inputs(real: float, zeroed: float, margin: float = 0.02, **extra) -> InputStats:
-    return InputStats(real, zeroed, margin, (real, real + margin / 2), **extra)
+def _inputs(real: float, zeroed: float, margin: float = 0.02, **extra) -> ZeroedInputStats:
+    return ZeroedInputStats(real, zeroed, margin, (real, real + margin / 2), **extra)
 
 
 def test_lk309_fires_when_real_inputs_do_no_better():

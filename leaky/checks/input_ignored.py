@@ -33,7 +33,7 @@ from leaky.checks import register
 from leaky.checks._util import num
 from leaky.finding import Finding, Severity, Source
 from leaky.probe.config import ProbeConfig
-from leaky.probe.stats import InputStats
+from leaky.probe.stats import ZeroedInputStats
 
 # Audit findings that stop the input's layers from learning (LK103: the gradient is lost
 # before it reaches them).
@@ -46,7 +46,7 @@ _PAIR_FIX = ("Select and shuffle the inputs and the targets with one index: perm
 
 
 @register("LK309", "input-ignored", "zeroed inputs train as well as the real ones (leaky probe)", probe=True)
-def check(stats: InputStats, config: ProbeConfig) -> list[Finding]:
+def check(stats: ZeroedInputStats, config: ProbeConfig) -> list[Finding]:
     if stats.real < stats.zeroed - stats.margin:
         return []
     # NOTE: real inputs that do WORSE than zeros are the signature only where the input cannot
@@ -78,17 +78,17 @@ def check(stats: InputStats, config: ProbeConfig) -> list[Finding]:
                     if stats.lost else None, source, None, evidence)]
 
 
-def _cut(stats: InputStats) -> bool:
+def _cut(stats: ZeroedInputStats) -> bool:
     return any(a.code == "LK108" and a.severity != "info" for a in stats.audit)
 
 
-def _structural(stats: InputStats) -> bool:
+def _structural(stats: ZeroedInputStats) -> bool:
     """Whether the trace shows where the input is lost, whatever the losses say."""
     return bool((stats.lost is not None and stats.lost.get("file")) or stats.reached is False
                 or (stats.mispaired is not None and stats.mispaired.get("file")) or _cut(stats))
 
 
-def undecided(stats: InputStats, config: ProbeConfig | None = None) -> str | None:
+def undecided(stats: ZeroedInputStats, config: ProbeConfig | None = None) -> str | None:
     """Why real inputs that do no better than zeros are no evidence here, or None (see the
     module doc). Said by `leaky probe` as the reason it could not decide."""
     if _structural(stats):
@@ -122,7 +122,7 @@ def undecided(stats: InputStats, config: ProbeConfig | None = None) -> str | Non
     return None
 
 
-def _place(stats: InputStats) -> tuple[str | None, Source | None, str, str | None]:
+def _place(stats: ZeroedInputStats) -> tuple[str | None, Source | None, str, str | None]:
     """(module, source, the words that say where, a fix of its own): the op that made the
     input constant; the model's forward, when the input never reached its output; the
     selection of rows that paired the inputs with other samples' targets; an audited cut;

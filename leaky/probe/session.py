@@ -40,7 +40,7 @@ from leaky.probe.config import ProbeConfig
 from leaky.probe.origins import TargetOrigins
 from leaky.probe.pairing import RowTrace
 from leaky.probe.replay import FirstBatchReplay, InputTrace, ZeroInputs
-from leaky.probe.stats import AuditNote, InputStats, OverfitStats
+from leaky.probe.stats import AuditNote, ZeroedInputStats, OverfitStats
 
 SCHEMA = "leaky/probe-v1"
 PASS, FAIL, NOT_RUN = "pass", "fail", "could not run"
@@ -302,7 +302,7 @@ def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace, TargetOrigins
     if base.score is None or run.score is None or not math.isfinite(base.score):
         return ProbeOutcome("LK309", NOT_RUN, f"the real inputs' loss is {base.score!r}: nothing to compare",
                             measured, seconds=run.seconds)
-    stats = InputStats(base.score, run.score, result.noise.margin, tuple(result.noise.scores), base.held_out,
+    stats = ZeroedInputStats(base.score, run.score, result.noise.margin, tuple(result.noise.scores), base.held_out,
                        tuple(sorted(zeros.kinds)), trace.lost, trace.reached, trace.forward, result.audit,
                        rows.mispaired(), origins.found, tuple(base.losses))
     measured.update({"gain": stats.gain, "lost_at": trace.lost, "input_reaches_output": trace.reached,

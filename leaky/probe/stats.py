@@ -157,7 +157,7 @@ class OverfitStats:
 
 
 @dataclass(frozen=True)
-class InputStats:
+class ZeroedInputStats:
     """LK309: the held-out loss of K steps on the real inputs against the same with zeros."""
 
     real: float                           # score (mean held-out loss) with the real inputs

@@ -86,7 +86,7 @@ def bypasses(node) -> list[tuple[object, object]]:
     return found
 
 
-class BypassWatch:
+class BypassFinder:
     """The product and sum sites that combine a saturating op with its own input: found at a
     site's first call, then at each of its calls the pair of nodes to compare.
 

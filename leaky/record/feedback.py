@@ -18,7 +18,7 @@ from leaky.record.call_args import parameters_in
 FEEDBACK_STEPS = 3   # observed steps in which a square matmul site is asked whether it feeds back
 
 
-class FeedbackWatch:
+class FeedbackUses:
     """id(param) -> the matmul sites at which it was used on a value that site computed."""
 
     def __init__(self, mark) -> None:

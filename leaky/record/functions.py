@@ -82,7 +82,7 @@ def _user_function(cls) -> bool:
     return not cls.__module__.startswith("torch")
 
 
-class FunctionWatch:
+class CustomFunctions:
     """Context manager: while active, user Functions are attributed and checked."""
 
     def __init__(self, recorder: "FunctionHost") -> None:
@@ -91,7 +91,7 @@ class FunctionWatch:
         self._original = None
         self._busy = False
 
-    def __enter__(self) -> "FunctionWatch":
+    def __enter__(self) -> "CustomFunctions":
         self._original = Function.__dict__["apply"]
         original, watch = self._original.__func__, self
 

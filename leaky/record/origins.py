@@ -3,7 +3,7 @@
 An optimizer's learning rate, a scheduler's lr function, a `.half()` cast, an autocast
 region, a `zero_grad()` call and a parameter's creation are not ops on the gradient path:
 no torch-function mode or autograd hook sees them, yet they are where most fixes for the
-training dynamics go (LK201-LK205, LK304). `OriginWatch` records each one's line while the
+training dynamics go (LK201-LK205, LK304). `OriginRecords` records each one's line while the
 audit runs. It uses PyTorch's global parameter-registration hook and, where PyTorch has no
 hook, wraps a method for the duration of the audit (`Optimizer.__init__`,
 `Optimizer.zero_grad`, `LRScheduler.__init__` and `step`, `Module.__init__`,
@@ -100,7 +100,7 @@ class _Patch:
         setattr(self.owner, self.name, self.original)
 
 
-class OriginWatch:
+class OriginRecords:
     """Context manager: records origins while active. `guard(fn, *args)` runs leaky's own
     bookkeeping so that its failure never reaches the user's code."""
 
@@ -125,7 +125,7 @@ class OriginWatch:
         self._stepping = False
 
     # -- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> "OriginWatch":
+    def __enter__(self) -> "OriginRecords":
         try:
             self._install()
         except BaseException:

@@ -23,11 +23,11 @@ from leaky.record.cut_paths import graph_behind, producer_sites
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_probe import BatchProbe
-from leaky.record.bypass import BypassWatch
+from leaky.record.bypass import BypassFinder
 from leaky.record.forward import ForwardProbes
 from leaky.record.provenance import Provenance
-from leaky.record.feedback import FeedbackWatch
-from leaky.record.functions import FunctionWatch
+from leaky.record.feedback import FeedbackUses
+from leaky.record.functions import CustomFunctions
 from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
 from leaky.record.leaves import MadeLeaf, MadeLeaves
 from leaky.record.step_record import StepBuffer
@@ -36,7 +36,7 @@ from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
 from leaky.record.call_args import parameters_in
 from leaky.record.opmode import OpMode
-from leaky.record.origins import OriginWatch
+from leaky.record.origins import OriginRecords
 from leaky.record.run_record import RunRecord, snapshot
 from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
 from leaky.record.steps import StepTracking
@@ -95,7 +95,7 @@ class Recorder(StepTracking):
         self.modules = ModuleTracker()
         self.sites = SiteTable()
         self.locator = SourceLocator()
-        self.origins = OriginWatch(self.locator, outside_graphs(self.guarded), self._note_zero_grad, self._mode_paused)
+        self.origins = OriginRecords(self.locator, outside_graphs(self.guarded), self._note_zero_grad, self._mode_paused)
         self.buffer = StepBuffer()
         self.grads = GradientRecorder(self.buffer, self.fail, self._count_rates)
         self.error: str | None = None       # leaky's own failure, if one happened
@@ -108,7 +108,7 @@ class Recorder(StepTracking):
         self.provenance = Provenance(self.locator.locate)
         self._details = DetailContext(lambda node: node.metadata.get(self._mark), self.provenance.mask_origin_of)
         self.probes = ForwardProbes(("leaky", id(self)), self.provenance.origin_of)
-        self.functions = FunctionWatch(self)
+        self.functions = CustomFunctions(self)
         self.batch = BatchProbe(self.left_out, self.modules.key_of, self.locator.locate)
         if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
@@ -116,8 +116,8 @@ class Recorder(StepTracking):
         self.cuts: dict[tuple, CutEvent] = {}
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
         self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
-        self.feedback = FeedbackWatch(self._mark)   # square weights a recurrence reuses
-        self.bypass = BypassWatch(self._mark)       # sigmoid/tanh whose own input goes around them
+        self.feedback = FeedbackUses(self._mark)   # square weights a recurrence reuses
+        self.bypass = BypassFinder(self._mark)       # sigmoid/tanh whose own input goes around them
         self.optimizers: list[torch.optim.Optimizer] = []
         self.observing = False
         self.step = 0              # index of the step being recorded

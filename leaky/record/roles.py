@@ -16,7 +16,7 @@ class Guarded(Protocol):
 
 
 class CallSink(Guarded, Protocol):
-    """Where an observed call goes: OpMode's torch calls, FunctionWatch's custom Functions."""
+    """Where an observed call goes: OpMode's torch calls, CustomFunctions's custom Functions."""
 
     observing: bool
     modules: Any                    # ModuleTracker
@@ -39,7 +39,7 @@ class OpHost(CallSink, Protocol):
 
 
 class FunctionHost(CallSink, Protocol):
-    """FunctionWatch also names where a custom Function was called."""
+    """CustomFunctions also names where a custom Function was called."""
 
     locator: Any                    # SourceLocator
 
@@ -50,7 +50,7 @@ class CompiledHost(Guarded, Protocol):
 
     active: bool
     modules: Any                    # ModuleTracker
-    origins: Any                    # OriginWatch
+    origins: Any                    # OriginRecords
 
     def left_out(self) -> Any: ...
     def step_hooks_off(self) -> Any: ...

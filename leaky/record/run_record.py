@@ -11,7 +11,7 @@ sees the Recorder. Everything derive needs that is not a per-step sum is here, b
 - four record parts passed as they are, because derive asks them questions rather than
   reading values, and copying them would copy the run: `sites` (SiteTable: each site's op,
   node, module and line), `modules` (ModuleTracker: names, infos, holders), `params`
-  (ParamTable: owners, optimizer groups) and `origins` (OriginWatch: where optimizers,
+  (ParamTable: owners, optimizer groups) and `origins` (OriginRecords: where optimizers,
   schedulers, casts and parameters were made). `probes` (ForwardProbes) is passed too: its
   probes hold device tensors that derive copies to the host once (`host()`).
 - `loss_scaler`: a function, not a value: finding a live GradScaler scans the whole heap
@@ -53,7 +53,7 @@ class RunRecord:
     sites: Any                           # SiteTable (passed as is, see the module's docstring)
     modules: Any                         # ModuleTracker
     params: Any                          # ParamTable
-    origins: Any                         # OriginWatch
+    origins: Any                         # OriginRecords
     probes: Any                          # ForwardProbes
 
 
