@@ -11,6 +11,7 @@ and all instruments are removed on exit, also when the block raises.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable
 
 from leaky.checks import run_all
@@ -23,6 +24,23 @@ from leaky.report import Report, build_report
 from leaky.stats import AuditStats
 
 
+def _here_only(fn: Callable | None) -> Callable | None:
+    """`fn`, run in this process only. NOTE: a child the script forks while it is observed
+    (torch.multiprocessing's Process under the fork start method: Hogwild) inherits leaky's
+    hooks, and must train on as it would without leaky: never stopped at this run's step
+    limit (a Hogwild child died at its step 20 with StopObserving), nor judged, announced or
+    stored as this run (a watch's check passes wrote the children's steps into its store)."""
+    if fn is None:
+        return None
+    pid = os.getpid()
+
+    def call(*args):
+        if os.getpid() == pid:
+            return fn(*args)
+        return None
+    return call
+
+
 class Audit:
     """Context manager around one Recorder. `.report` is ready after the block exits."""
 
@@ -32,8 +50,9 @@ class Audit:
                  on_series: Callable[[list], None] | None = None) -> None:
         base = config or AuditConfig()
         self.config = dataclasses.replace(base, steps=steps) if config is None or steps is not None else base
-        self._recorder = Recorder(self.config, StatsBuilder, on_limit=on_limit, on_step=on_step,
-                                  sample_every=sample_every, on_series=on_series)
+        self._recorder = Recorder(self.config, StatsBuilder, on_limit=_here_only(on_limit),
+                                  on_step=_here_only(on_step),
+                                  sample_every=sample_every, on_series=_here_only(on_series))
         self.stats: AuditStats | None = None
         self._report: Report | None = None
         self.run_info: dict = {}

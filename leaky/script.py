@@ -81,22 +81,6 @@ def _stop() -> None:
     raise StopObserving()
 
 
-def _here_only(fn):
-    """`fn`, run in this process only. NOTE: a child the script forks while it is observed
-    (torch.multiprocessing's Process under the fork start method: Hogwild) inherits leaky's
-    hooks, and must train on as it would without leaky: never stopped at this run's step
-    limit (its training died at step 20 with StopObserving), nor shown as this run's progress."""
-    if fn is None:
-        return None
-    pid = os.getpid()
-
-    def call(*args):
-        if os.getpid() == pid:
-            return fn(*args)
-        return None
-    return call
-
-
 def _children_cpu() -> float | None:
     """CPU seconds used so far by this process's ended and waited-for children (None where the
     OS does not say). NOTE: leaky observes its own process only: a script that trains in
@@ -116,8 +100,7 @@ def run_script(path: str, args: list[str], config: AuditConfig, on_step=None, ma
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))
     try:
-        audit = make_audit(script) if make_audit else Audit(config=config, on_limit=_here_only(_stop),
-                                                             on_step=_here_only(on_step))
+        audit = make_audit(script) if make_audit else Audit(config=config, on_limit=_stop, on_step=on_step)
     except Exception:
         sys.argv, sys.path[:] = saved_argv, saved_path
         raise

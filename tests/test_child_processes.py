@@ -4,6 +4,7 @@ its own process only: it must say so, not ask whether the script calls backward(
 child forked while leaky observes must train as it would without leaky."""
 from __future__ import annotations
 
+import sqlite3
 import sys
 
 import pytest
@@ -57,6 +58,20 @@ def test_training_in_forked_children_is_said_and_left_to_finish(tmp_path, capfd)
     # each child ran its 30 steps: the parent's 20-step limit stopped neither of them
     assert out.count("child trained 30 steps") == 2 and "exit codes [0, 0]" in out
     assert "child processes worked for" in err and "Does the script call loss.backward()" not in err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork start method")
+def test_a_watch_stores_nothing_from_forked_children(tmp_path, capfd):
+    """A watch's check passes ran in each forked child and wrote its steps and module rows
+    (31 and 16) into the parent's store, from two processes at once."""
+    path, store = tmp_path / "hogwild.py", tmp_path / "runs.db"
+    path.write_text(HOGWILD)
+    assert main(["watch", "--every", "1", "--store", str(store), str(path)]) == 2
+    assert capfd.readouterr().out.count("child trained 30 steps") == 2
+    with sqlite3.connect(store) as conn:
+        rows = [conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+                for table in ("steps", "module_stats", "findings")]
+    assert rows == [0, 0, 0]
 
 
 def test_a_script_without_backward_or_children_is_asked_about_backward(tmp_path, capfd):
