@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -376,3 +377,62 @@ def test_built_in_probe_examples_fail_where_they_are_marked(tmp_path, name):
     fixed = tmp_path / "fixed.json"
     assert main(["probe", *FAST, "--json", str(fixed), "--example", example.fixed_by]) in (0, 2)
     assert "fail" not in verdicts(json.loads(fixed.read_text())).values()
+
+
+ROW_BY_ROW = """
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+N = 200
+templates = torch.rand(4, 8, 8)
+labels = torch.randint(0, 4, (N,))
+images = torch.empty(N, 8, 8)
+for i in range(N):   # a data set built row by row before training (pytorch/examples' synthetic MNIST)
+    images[i] = torch.roll(templates[labels[i]], shifts=i % 3, dims=1) + 0.1 * torch.rand(8, 8)
+model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(40):
+    idx = torch.randint(0, N, (32,))
+    loss = F.cross_entropy(model(images[idx]), labels[idx])
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_the_probe_parts_do_not_take_each_others_reads_for_the_programs_ops(tmp_path, monkeypatch):
+    """The parts that follow the first step (origins, pairing, the input trace) sit in a stack
+    of torch-function modes; each one's reads (a storage check against the whole data set,
+    per row written) reached the parts below as ops of the program, and the input trace
+    compared the whole data set's rows for each: pytorch/examples mnist_forward_forward with
+    a data set built row by row (6,000 rows) ran 'leaky probe --steps 100' for over an hour."""
+    seen = []
+    note = InputTrace._note_constant
+    PROBE = os.path.join("leaky", "probe", "")
+
+    def read_by_another_part(frame) -> bool:
+        # the program's ops pass through the other parts' _on_call; their reads come from below it
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename.endswith((PROBE + "pairing.py", PROBE + "origins.py")) \
+                    and code.co_name != "_on_call":
+                return True
+            frame = frame.f_back
+        return False
+
+    def noted(self, func, args, kwargs, out):
+        seen.append(read_by_another_part(sys._getframe(1)))
+        return note(self, func, args, kwargs, out)
+
+    monkeypatch.setattr(InputTrace, "_note_constant", noted)
+    path = tmp_path / "rows.py"
+    path.write_text(ROW_BY_ROW)
+    main(["probe", "--steps", "20", str(path)])
+    assert len(seen) > 200                 # the program's own ops, each row's among them
+    assert not any(seen)                   # and none that a probe part made while reading
+
+
+def test_a_batch_varies_when_any_row_differs_from_the_first():
+    from leaky.probe.replay import _varies
+
+    same = torch.ones(6, 3)
+    late = same.clone()
+    late[5, 2] = 2.0                       # rows 0 and 1 equal: the whole batch is compared
+    assert not _varies(same) and _varies(late) and _varies(torch.arange(6.0))

@@ -20,6 +20,13 @@ from leaky.record.modules import remove_global_hook
 from leaky.record.sites import SourceLocator, _is_internal
 
 
+# NOTE: what a probe part reads about an op (its shapes, storage, values) is no op of the
+# program. Run with the torch-function modes on, the parts below it (they are stacked) took
+# each read for an op of the program and read it in turn: a storage check against a whole data
+# set per row, when the program builds its data set row by row before training.
+reading = torch._C.DisableTorchFunction
+
+
 def _is_data(value) -> bool:
     return isinstance(value, torch.Tensor) and not value.requires_grad and not isinstance(value, nn.Parameter)
 

@@ -27,7 +27,7 @@ import weakref
 
 import torch
 
-from leaky.probe.calls import FirstStepCalls, _is_data, _tensors
+from leaky.probe.calls import FirstStepCalls, _is_data, _tensors, reading
 
 _PRUNE = 4096   # forget the tensors that died when the table has grown by this many
 
@@ -79,9 +79,14 @@ class TargetOrigins(FirstStepCalls):
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         version = first._version if first is not None else None
         out = func(*args, **kwargs)
+        with reading():
+            self._read(func, given, first, version, out)
+        return out
+
+    def _read(self, func, given, first, version, out) -> None:
         origin = next((o for o in map(self._origin, given) if o is not None), None)
         if origin is None:
-            return out
+            return
         if self.found is None and torch.is_grad_enabled() and any(t.requires_grad for t in given):
             target = next((t for t in given if _is_data(t) and self._origin(t) is not None), None)
             if target is not None:
@@ -92,7 +97,6 @@ class TargetOrigins(FirstStepCalls):
             self._mark(t, origin)
         if first is not None and first._version != version:   # written in place: values[t] = value
             self._mark(first, origin)
-        return out
 
     def _made_at(self, target: torch.Tensor) -> dict | None:
         """Where the target was made: the op that made it, or the model call that returned it."""

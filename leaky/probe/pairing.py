@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from leaky.config import AuditConfig
-from leaky.probe.calls import FirstStepCalls, _is_data, _tensors
+from leaky.probe.calls import FirstStepCalls, _is_data, _tensors, reading
 
 _MOST_ROWS = 10_000_000   # a data set larger than this is not followed (its row index would be large)
 
@@ -105,7 +105,8 @@ class RowTrace(FirstStepCalls):
         if self.done or self.depth or not self.live:
             return out
         try:
-            self._note(args, kwargs, out)
+            with reading():
+                self._note(args, kwargs, out)
         except Exception:   # it only reads: an op it cannot read is not followed (the tests raise it)
             if AuditConfig().strict:
                 raise

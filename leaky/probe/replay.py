@@ -37,7 +37,8 @@ from torch.nn.modules import module as module_globals
 
 from leaky import ops
 from leaky.config import AuditConfig
-from leaky.probe.calls import FirstStepCalls, ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors
+from leaky.probe.calls import (FirstStepCalls, ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors,
+                               reading)
 from leaky.probe.floor import LossTerms
 from leaky.record.sites import SourceLocator
 
@@ -300,10 +301,11 @@ class InputTrace(ModelCalls):
         if not self.live or (self.done and not self._active):
             return out
         try:
-            if not self._active:
-                self._note_constant(func, args, kwargs, out)
-            else:
-                self._follow(func, args, kwargs, out)
+            with reading():
+                if not self._active:
+                    self._note_constant(func, args, kwargs, out)
+                else:
+                    self._follow(func, args, kwargs, out)
         except Exception:   # it only reads: an op it cannot read ends the trace, never the program
             if AuditConfig().strict:
                 raise
@@ -375,7 +377,9 @@ def _varies(t: torch.Tensor) -> bool:
     if t.layout != torch.strided:
         return True
     with torch.no_grad():
-        return bool((t != t[:1]).any())
+        # NOTE: rows 0 and 1 differ in almost every batch that varies: one row's compare then
+        # decides, not the whole tensor's (a data set built row by row is read once per row)
+        return not torch.equal(t[0], t[1]) or bool((t != t[:1]).any())
 
 
 def _forward_site(module: nn.Module) -> dict | None:
