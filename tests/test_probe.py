@@ -436,3 +436,48 @@ def test_a_batch_varies_when_any_row_differs_from_the_first():
     late = same.clone()
     late[5, 2] = 2.0                       # rows 0 and 1 equal: the whole batch is compared
     assert not _varies(same) and _varies(late) and _varies(torch.arange(6.0))
+
+
+FORWARD_CALLED = """
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+
+
+class Layer(nn.Linear):
+    # forward-forward (pytorch/examples mnist_forward_forward): trained through self.forward(x),
+    # run as layer(x) only to predict after training
+    def __init__(self, n_in, n_out):
+        super().__init__(n_in, n_out)
+        self.opt = torch.optim.Adam(self.parameters(), lr=0.03)
+
+    def forward(self, x):
+        return F.relu(F.linear(x / (x.norm(dim=1, keepdim=True) + 1e-4), self.weight, self.bias))
+
+    def fit(self, pos, neg, steps):
+        for _ in range(steps):
+            good = torch.cat([2.0 - self.forward(pos).pow(2).mean(1), self.forward(neg).pow(2).mean(1) - 2.0])
+            loss = torch.log1p(torch.exp(good)).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+
+x, y = torch.randn(256, 20), torch.randint(0, 4, (256,))
+pos, neg = x.clone(), x.clone()
+pos[:, :4], neg[:, :4] = F.one_hot(y, 4).float(), F.one_hot((y + 1) % 4, 4).float()
+layer = Layer(20, 32)
+print(layer(pos).shape)   # one call through __call__ before training: the only one leaky sees
+layer.fit(pos, neg, 60)
+"""
+
+
+def test_zeros_that_train_nothing_decide_nothing(tmp_path):
+    """Zeros given to the one call leaky sees (layer(x), before training) while training runs
+    layer.forward(x) directly: both runs' losses were bit-identical, and LK309 said 'not decided:
+    the real inputs do no better ... run with a larger --steps': a longer run compares a run with itself."""
+    path, out = tmp_path / "ff.py", tmp_path / "probe.json"
+    path.write_text(FORWARD_CALLED)
+    main(["probe", "--steps", "20", "--json", str(out), str(path)])
+    probe = next(p for p in json.loads(out.read_text())["probes"] if p["code"] == "LK309")
+    assert probe["measured"]["real_loss"] == probe["measured"]["zeroed_loss"]
+    assert probe["verdict"] == "could not run" and "the zeroed inputs trained nothing" in probe["reason"]

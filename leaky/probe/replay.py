@@ -199,16 +199,31 @@ class ZeroInputs(ModelCalls):
         super().__init__()
         self.zeroed = 0
         self.kinds: set[str] = set()
+        self.trained = False    # whether a backward pass reached the output of a call given zeros
+        self._given_zeros = False
 
     def on_model(self, module, args):
         for index, arg in enumerate(args):
             if _is_data(arg) and arg.dtype != torch.bool:
                 self.zeroed += 1
+                self._given_zeros = True
                 self.kinds.add("floating point → 0.0" if arg.is_floating_point() else "integer (token ids) → 0")
                 if not self.applied:
                     self.applied.append(f"the input of {type(module).__name__} replaced by zeros")
                 return (*args[:index], torch.zeros_like(arg), *args[index + 1:])
         return None
+
+    def after_model(self, module, args, kwargs, output) -> None:
+        # NOTE: zeros that train nothing (a call to predict, while training runs the layer as
+        # layer.forward(x), which no module hook sees) say nothing of the input's use
+        if self._given_zeros and not self.trained:
+            outs = [t for v in output.values() for t in _tensors(v)] if isinstance(output, dict) else \
+                list(_tensors(output))
+            _on_backward(outs, self._reached)
+        self._given_zeros = False
+
+    def _reached(self) -> None:
+        self.trained = True
 
 
 class InputTrace(ModelCalls):

@@ -299,6 +299,10 @@ def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace, TargetOrigins
     if not zeros.zeroed:
         return ProbeOutcome("LK309", NOT_RUN, "no model input to zero: no module with parameters was given a "
                             "floating-point or integer tensor", measured, seconds=run.seconds)
+    if not zeros.trained:
+        return ProbeOutcome("LK309", NOT_RUN, f"the zeroed inputs trained nothing: {zeros.applied[0]}, but no "
+                            "backward pass reached that call's output (a model trained as model.forward(x), not "
+                            "model(x), is no call leaky sees)", measured, seconds=run.seconds)
     if base.score is None or run.score is None or not math.isfinite(base.score):
         return ProbeOutcome("LK309", NOT_RUN, f"the real inputs' loss is {base.score!r}: nothing to compare",
                             measured, seconds=run.seconds)
