@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from pathlib import Path
 from typing import Callable
 
 from rich.markdown import Markdown
@@ -91,7 +92,9 @@ def _filled(text: str, config: AuditConfig) -> str:
 def page_text(key: str, config: AuditConfig | None = None) -> str:
     """A check's page, its thresholds read from `config` (the defaults when None)."""
     check = lookup(key)
-    text = resources.files("leaky").joinpath("pages", f"{check.code}-{check.name}.md").read_text("utf-8")
+    page = resources.files("leaky").joinpath("pages", f"{check.code}-{check.name}.md") if check.page is None \
+        else Path(check.page)
+    text = page.read_text("utf-8")
     text = _filled(text, config or AuditConfig())
     section = OPS_SECTIONS.get(check.code)
     if section is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from leaky.finding import Source
 
@@ -393,6 +393,8 @@ class AuditStats:
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
     batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed
+    # statistics added by name (derive/fields.py): a new capability's field, with no edit here
+    derived: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> "AuditStats":

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 import pkgutil
 from importlib import import_module
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding
@@ -33,6 +34,7 @@ class Check:
     # the codes whose findings can explain this check's, root causes before their consequences:
     # the one table a check that names a cause (links=True, or a probe) reads its candidates from
     explained_by: tuple[str, ...] = ()
+    page: str | None = None   # its page's path when it is not leaky/pages/<CODE>-<name>.md (a check added outside leaky)
 
 
 CHECKS: dict[str, Check] = {}
@@ -42,16 +44,30 @@ Headline = Callable[[Finding, AuditStats], "str | tuple[str, str] | None"]
 HEADLINES: dict[str, tuple[str, Headline]] = {}   # a check's code -> (what its number is, how to read it)
 
 def register(code: str, name: str, summary: str, links: bool = False, probe: bool = False,
-             explained_by: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+             explained_by: tuple[str, ...] = (), page: str | None = None) -> Callable[[CheckFn], CheckFn]:
     """Add a check. With links=True it is called as fn(stats, config, findings_of_the_others);
     with probe=True only `leaky probe` calls it, on its runs' measurements. `explained_by`:
-    the codes whose findings can explain its findings, in the order they are preferred."""
+    the codes whose findings can explain its findings, in the order they are preferred.
+    `page`: the path of its page, for a check kept outside leaky/checks (else leaky/pages/)."""
     def add(fn: CheckFn) -> CheckFn:
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice")
-        CHECKS[code] = Check(code, name, summary, fn, links, probe, tuple(explained_by))
+        CHECKS[code] = Check(code, name, summary, fn, links, probe, tuple(explained_by), page)
         return fn
     return add
+
+
+@contextmanager
+def restored() -> Iterator[None]:
+    """The catalog as it was (checks, explainers, headlines), after the block: for tests
+    that register a check."""
+    before = dict(CHECKS), {code: list(fns) for code, fns in EXPLAINERS.items()}, dict(HEADLINES)
+    try:
+        yield
+    finally:
+        for table, saved in zip((CHECKS, EXPLAINERS, HEADLINES), before):
+            table.clear()
+            table.update(saved)
 
 
 def explained_by(code: str) -> tuple[str, ...]:

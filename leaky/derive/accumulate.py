@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from leaky.record.step_record import N_ACT, N_PARAM, NUMEL_IN, SEQ, SITE, HostStep
+from leaky.record.step_record import N_ACT, N_PARAM, NUMEL_IN, SEQ, SITE, HostStep, ParamNorms, UpdateNorms
 from leaky.stats import SeriesRow
 
 SERIES_LIMIT = 100_000   # per-step scalars kept in memory; a watched run's store keeps them all
@@ -105,7 +105,7 @@ class StepFolder:
     def add_series(self, rows) -> None:
         self.series.extend(SeriesRow(*row) for row in rows)
 
-    def add_step(self, step: int, host: HostStep, grads: tuple[list[int], int], updates=None) -> None:
+    def add_step(self, step: int, host: HostStep) -> None:
         self.steps += 1
         self.sample_steps.append(step)
         self._carried(host)
@@ -123,16 +123,14 @@ class StepFolder:
             for site, combined in per_site.items():
                 self._fold(self.acc[site], combined)
             self._fold_bypasses(host)
-        graded = self._param_grads(grads, host.values)
-        if updates is not None:
-            self._updates(step, updates, host.values, graded)
+        graded = self._param_grads(host.params, host.values) if host.params is not None else set()
+        if host.updates is not None:
+            self._updates(step, host.updates, host.values, graded)
 
     def _carried(self, host: HostStep) -> None:
-        for key, value in host.extras.items():
-            if key.startswith("carried:"):
-                index = int(key.split(":")[1])
-                self.carry_checked[index] += 1
-                self.carried_steps[index] += bool(value > 0)
+        for index, value in host.carried.items():
+            self.carry_checked[index] += 1
+            self.carried_steps[index] += bool(value > 0)
 
     def _per_site(self, host: HostStep) -> dict[int, SiteStep]:
         """Combine this step's hook calls per site: squared norms, counts, the profile.
@@ -226,11 +224,11 @@ class StepFolder:
                 sums[0] += 0.5 * math.log10(into / out) if into > 0 else -12.0
                 sums[1] += 1
 
-    def _updates(self, step: int, layout, values: np.ndarray, graded: set[int]) -> None:
-        ids, offset, *low = layout
+    def _updates(self, step: int, layout: UpdateNorms, values: np.ndarray, graded: set[int]) -> None:
+        ids, offset, low = layout
         n = len(ids)
         at = offset + 2 * n
-        for i, pid in enumerate(low[0] if low else ()):
+        for i, pid in enumerate(low):
             counts = self.rounded[pid]
             counts[0] += float(values[at + 2 * i])
             counts[1] += float(values[at + 2 * i + 1])
@@ -280,7 +278,7 @@ class StepFolder:
             self.nonfinite["forward"] = (step, host.forward_sites[int(bad[0])], "non-finite")
         return bool(len(bad))
 
-    def _param_grads(self, grads: tuple[list[int], int], values: np.ndarray) -> set[int]:
+    def _param_grads(self, grads: ParamNorms, values: np.ndarray) -> set[int]:
         """Fold the step's parameter gradient norms; the ids whose gradient was nonzero."""
         ids, offset = grads
         norms = values[offset:offset + len(ids)]

@@ -15,6 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from leaky.derive.accumulate import SiteSums
+from leaky.derive.fields import derive_all
 from leaky.derive.modules import module_table
 from leaky.derive.origins import cast_stats_of, optimizer_stats_of, unstepped_optimizers
 from leaky.derive.recurrence import RadiusCache, find_recurrences
@@ -84,7 +85,8 @@ class Assembly:
             coupled_optimizers=run.coupled_pairs, target_syncs=run.target_syncs, target_copied=run.target_copied,
             compiled_modules=frozenset(name(key) for key in run.compiled_module_keys),
             module_table=module_table(ops, activations, params, recurrences, types),
-            batch_mixing=tuple(self._batch_mixing(run.batch_records)))
+            batch_mixing=tuple(self._batch_mixing(run.batch_records)),
+            derived=derive_all(run, builder))
 
     def _batch_mixing(self, records):
         name = self.modules.name

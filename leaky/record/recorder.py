@@ -8,7 +8,7 @@ configured number of steps. It observes and records; it computes no statistic.
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Callable
 
 import torch
@@ -19,6 +19,7 @@ from leaky.config import AuditConfig
 from leaky.record.collector import FrozenHeap
 from leaky.record.compiled import CompiledCalls
 from leaky.record.guards import outside_graphs
+from leaky.record import instruments
 from leaky.record.cut_paths import graph_behind, producer_sites
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
@@ -137,43 +138,37 @@ class Recorder(StepTracking):
         self._zeroed_since_backward: list[tuple] = []   # zero_grad() calls since the last backward
         self.backward_at: tuple | None = None    # where the first backward() was called
         self.heap = FrozenHeap()                 # the objects alive on entry, frozen for the collector
+        self._exits = ExitStack()                # what __exit__ leaves: every instrument entered
+        self.added = instruments.made(self)      # the instruments registered in record/instruments.py
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
-        self.warning_source.__enter__()
-        self.modules.__enter__()
-        self.origins.__enter__()
-        self._hook_steps()
-        self.functions.__enter__()
-        self.compiled.__enter__()
-        self._backward_patch.__enter__()
-        self._mode.__enter__()
-        self._mode_on = True
-        self.observing = True
-        self.active = True
-        self.heap.__enter__()   # last: a failure above leaves the collector alone
+        """Enter every instrument, the added ones (record/instruments.py) after the recorder's
+        own; should one fail to enter, those already entered are left again."""
+        with ExitStack() as stack:
+            for part in (self.warning_source, self.modules, self.origins):
+                stack.enter_context(part)
+            self._hook_steps()
+            stack.callback(self._unhook_steps)
+            stack.callback(self.grads.remove_all)
+            for part in (self.functions, self.compiled, self._backward_patch):
+                stack.enter_context(part)
+            self._mode.__enter__()
+            self._mode_on = True
+            stack.callback(self._mode_off)
+            for part in self.added.values():
+                stack.enter_context(part)
+            self.observing = True
+            self.active = True
+            stack.enter_context(self.heap)   # last: a failure above leaves the collector alone
+            self._exits = stack.pop_all()
         return self
 
     def __exit__(self, *exc) -> None:
         self.observing = False
         self.active = False
         self.grads.active = False
-        try:
-            self._backward_patch.__exit__()
-            if self._mode_on:
-                self._mode.__exit__(None, None, None)
-                self._mode_on = False
-        finally:
-            self.heap.__exit__()
-            for handle in self._handles:
-                handle.remove()
-            self._handles.clear()
-            self.grads.remove_all()
-            self.compiled.__exit__()
-            self.modules.__exit__()
-            self.functions.__exit__()
-            self.origins.__exit__()
-            self.warning_source.__exit__()
+        self._exits.close()   # each instrument left in the reverse order of entry, whatever one of them raises
         if self.buffer.records and self.error is None:
             self.guarded(self._flush)
         self.guarded(settle_units, self.units.values())   # a last forward with no backward after it
@@ -212,13 +207,21 @@ class Recorder(StepTracking):
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._step_hooks[0]))
         self._handles.append(optim_globals.register_optimizer_step_post_hook(self._step_hooks[1]))
 
+    def _unhook_steps(self) -> None:
+        for handle in self._handles:   # the step hooks are its only handles
+            handle.remove()
+        self._handles.clear()
+
+    def _mode_off(self) -> None:
+        if self._mode_on:
+            self._mode.__exit__(None, None, None)
+            self._mode_on = False
+
     @contextmanager
     def step_hooks_off(self):
         """A compiled optimizer step: leaky's step hooks are called around it (see
         record/compiled.py), so the step itself runs without them, as it would without leaky."""
-        for handle in self._handles:   # the step hooks are its only handles
-            handle.remove()
-        self._handles.clear()
+        self._unhook_steps()
         try:
             yield
         finally:

@@ -14,12 +14,13 @@ sees the Recorder. Everything derive needs that is not a per-step sum is here, b
   (ParamTable: owners, optimizer groups) and `origins` (OriginRecords: where optimizers,
   schedulers, casts and parameters were made). `probes` (ForwardProbes) is passed too: its
   probes hold device tensors that derive copies to the host once (`host()`).
+- `parts`: what each instrument added in record/instruments.py gives (its `part()`), by name.
 - `loss_scaler`: a function, not a value: finding a live GradScaler scans the whole heap
   (~150 ms), so derive calls it only when some gradient was half precision.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -55,6 +56,7 @@ class RunRecord:
     params: Any                          # ParamTable
     origins: Any                         # OriginRecords
     probes: Any                          # ForwardProbes
+    parts: Mapping[str, Any] = field(default_factory=dict)   # an added instrument's name -> its part (record/instruments.py)
 
 
 def snapshot(rec: "Observed") -> RunRecord:
@@ -72,7 +74,8 @@ def snapshot(rec: "Observed") -> RunRecord:
         param_uses=MappingProxyType({pid: tuple(sites) for pid, sites in rec.feedback.param_uses.items()}),
         batch_records=tuple(rec.batch.records), bypasses=MappingProxyType(dict(rec.bypass.found)),
         function_checks=MappingProxyType(dict(rec.functions.checks)), sites=rec.sites, modules=rec.modules,
-        params=rec.params, origins=rec.origins, probes=rec.probes)
+        params=rec.params, origins=rec.origins, probes=rec.probes,
+        parts=MappingProxyType({name: part.part() for name, part in rec.added.items()}))
 
 
 def _loss_scaler(heap) -> dict | None:

@@ -1,7 +1,8 @@
 """The raw record of one sampled step: device values during the step, host values after.
 
 `StepBuffer` collects a step's 0-d device values (hook norms and counts, forward checks,
-named scalars) and their layout; `flush` stacks them and copies them to the host in one
+the loss, parameter and update norms, carried gradients, an audit's series row) and their
+layout; `flush` stacks them and copies them to the host in one
 transfer and returns a `HostStep`, the typed record `derive/` folds. HostStep is the one
 place that knows where each value sits.
 """
@@ -39,30 +40,56 @@ class NodeRecord(NamedTuple):
 SITE, SEQ, OFFSET, N_IN, N_ACT, N_PARAM, COUNTED, NUMEL_IN, HALF, MASSED = range(len(NodeRecord._fields))
 
 
+class ParamNorms(NamedTuple):
+    """Where a step's parameter gradient norms sit: values[offset + i] is the norm of ids[i]'s."""
+
+    ids: list[int]      # id() of each parameter with a gradient
+    offset: int
+
+
+class UpdateNorms(NamedTuple):
+    """Where a step's update norms sit: n = len(ids) update norms from `offset`, then n weight
+    norms, then, per low-precision parameter in `low`, its (graded, unchanged) element counts."""
+
+    ids: list[int]
+    offset: int
+    low: list[int]
+
+
 class StepBuffer:
     """Device values of the current step plus their host-side layout."""
 
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self.values: list[Tensor] = []
         self.records: list[NodeRecord] = []
         self.forward_flags: list[tuple[int, Tensor, int]] = []   # (site, output norm, numel)
-        self.extras: dict[str, Tensor] = {}                   # named step scalars (loss, ...)
         self.bypasses: list[tuple[int, int, int]] = []        # (saturating site, composite seq, shared input seq)
+        self.loss: Tensor | None = None                       # the step's first loss
+        self.carried: dict[int, Tensor] = {}                  # optimizer index -> least gradient a backward started from
+        self.series: list[Tensor] = []                        # an audit's series row for the step, staged (monitor)
+        self.params: ParamNorms | None = None
+        self.updates: UpdateNorms | None = None
 
     def __len__(self) -> int:
-        return len(self.records) + len(self.forward_flags) + len(self.extras)
+        return len(self.records) + len(self.forward_flags) + (self.loss is not None) + len(self.carried) + len(self.series)
 
     def flush(self) -> "HostStep":
         """The single device-to-host copy of the step."""
-        names = list(self.extras)
-        pieces = self.values + [flag for _, flag, _ in self.forward_flags] + [self.extras[n] for n in names]
-        host = _to_host(pieces)
-        start = len(self.values)
-        flags = host[start:start + len(self.forward_flags)]
-        extras = dict(zip(names, host[start + len(self.forward_flags):]))
-        step = HostStep(host[:start], list(self.records), [s for s, _, _ in self.forward_flags], flags, extras,
-                        [n for _, _, n in self.forward_flags], self.bypasses)
-        self.values, self.records, self.forward_flags, self.extras, self.bypasses = [], [], [], {}, []
+        flags = [flag for _, flag, _ in self.forward_flags]
+        loss = [] if self.loss is None else [self.loss]
+        carried = list(self.carried)
+        host = _to_host(self.values + flags + loss + [self.carried[i] for i in carried] + self.series)
+        at = itertools.accumulate((len(self.values), len(flags), len(loss), len(carried)))
+        values_end, flags_end, loss_end, carried_end = at
+        step = HostStep(host[:values_end], list(self.records), [s for s, _, _ in self.forward_flags],
+                        host[values_end:flags_end], [n for _, _, n in self.forward_flags], self.bypasses,
+                        loss=float(host[flags_end]) if loss else None,
+                        carried=dict(zip(carried, host[loss_end:carried_end].tolist())),
+                        series=host[carried_end:].tolist(), params=self.params, updates=self.updates)
+        self._clear()
         return step
 
 
@@ -119,11 +146,17 @@ class HostStep:
     records: list[NodeRecord]
     forward_sites: list[int]
     forward_finite: np.ndarray     # forward output norms (sums once a site's RMS is known): non-finite where an output was
-    extras: dict[str, float]
     forward_numel: list[int]
     # a sigmoid/tanh in a composite with its own input (record/bypass.py): (its site, the seq of
     # the composite's node, the seq of the shared input's node), one per call
     bypasses: list[tuple[int, int, int]] = field(default_factory=list)
+    loss: float | None = None      # the step's first loss (None: no scalar loss seen)
+    # per optimizer (index) that stepped: the least gradient norm a backward of the step started
+    # from (0: its gradients were zeroed before)
+    carried: dict[int, float] = field(default_factory=dict)
+    series: list[float] = field(default_factory=list)   # an audit's series values for the step (the monitor's staged row)
+    params: ParamNorms | None = None    # where the parameters' gradient norms sit in `values`
+    updates: UpdateNorms | None = None  # where the update and weight norms sit (an optimizer stepped)
     _finite: bool | None = field(default=None, repr=False, compare=False)
     _squares: np.ndarray | None = field(default=None, repr=False, compare=False)
     _table: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -244,7 +277,7 @@ class HostStep:
 
     @property
     def loss_bad(self) -> bool:
-        return "loss" in self.extras and not math.isfinite(self.extras["loss"])
+        return self.loss is not None and not math.isfinite(self.loss)
 
     @property
     def backward_bad(self) -> bool:

@@ -16,9 +16,9 @@ from leaky.record import distributed
 from leaky.record.activations import count_held, settle_units
 from leaky.record.clipping import note_clipping
 from leaky.record.loss_path import loss_path_sites
+from leaky.record.step_record import ParamNorms, UpdateNorms
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
-_SERIES = "series:"           # StepBuffer extras: an audited step's loss and norm, copied with it
 COUPLING_STEPS = 100         # steps on which whose-loss-reaches-whom is probed, sampled or not
 
 
@@ -59,7 +59,8 @@ class StepTracking:
                 self.coupling.at_first_backward(self.optimizers)
             if self.observing:
                 with torch._C.DisableTorchFunction(), torch.no_grad():
-                    self.buffer.extras.setdefault("loss", loss.detach().reshape(()).clone())
+                    if self.buffer.loss is None:   # the step's first loss
+                        self.buffer.loss = loss.detach().reshape(()).clone()
                 # NOTE: only on a sampled step, whose optimizer step reads them (_note_old_grads):
                 # a watch's unsampled step skips a pass over every parameter and, where the
                 # gradients were zeroed in place, a norm of all of them
@@ -120,12 +121,12 @@ class StepTracking:
         seen = self._old_grads.pop(id(optimizer), None)
         if not seen or id(optimizer) not in self._stepped:
             return
-        key = f"carried:{self.optimizers.index(optimizer)}"
+        index = self.optimizers.index(optimizer)
         if any(isinstance(v, float) for v in seen):
-            self.buffer.extras[key] = torch.zeros(())
+            self.buffer.carried[index] = torch.zeros(())
         else:
             with torch._C.DisableTorchFunction():
-                self.buffer.extras[key] = torch.stack(seen).min()
+                self.buffer.carried[index] = torch.stack(seen).min()
 
     def _backward_ends_step(self) -> bool:
         """Without an optimizer step seen, does a new backward call start a new step?
@@ -225,7 +226,7 @@ class StepTracking:
 
     def _note_updates(self) -> None:
         params, updates, weights, low, rounded = self.updates.after_step()
-        self._update_layout = ([id(p) for p in params], len(self.buffer.values), [id(p) for p in low])
+        self.buffer.updates = UpdateNorms([id(p) for p in params], len(self.buffer.values), [id(p) for p in low])
         self.buffer.values.extend(updates)
         self.buffer.values.extend(weights)
         self.buffer.values.extend(rounded)
@@ -289,6 +290,9 @@ class StepTracking:
             self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
             if self.monitor.due():
                 self.flush_series()
+        for part in self.added.values():   # record/instruments.py: an added instrument's step ends
+            if hasattr(part, "end_step"):
+                self.guarded(part.end_step, self.step)
         self.step += 1
         self._calls_since_step = 0
         if self.on_step is not None:
@@ -329,25 +333,22 @@ class StepTracking:
         `series`: (optimizer, its index) of the step that ends here: its loss and norm are
         copied in the same transfer, and its series row folded too (an audit's step)."""
         self._calls_since_step = 0
-        grads = self.params.collect_grads(self.buffer, self.grads.known_norm)
-        total = self._total_norm(*grads)
-        updates, self._update_layout = getattr(self, "_update_layout", None), None
+        self.buffer.params = ParamNorms(*self.params.collect_grads(self.buffer, self.grads.known_norm))
+        total = self._total_norm(*self.buffer.params)
         staged = None
         if series is not None:
             self.monitor.end_step(self.step, series[0], total, series[1])
             self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
             staged = self.monitor.staged()
-            for i, value in enumerate(staged or ()):
-                self.buffer.extras[f"{_SERIES}{i}"] = value
+            self.buffer.series = list(staged or ())
         host = self.buffer.flush()
         if staged is not None:
-            values = [host.extras.pop(f"{_SERIES}{i}") for i in range(len(staged))]
-            self._add_series(self.monitor.rows(values))
+            self._add_series(self.monitor.rows(host.series))
         elif series is not None:
             self.flush_series()   # a sharded norm: its all-reduce first, then its own copy
         self._note_clean_sites(host)
         settle_units(self.units.values())
-        self.builder.add_step(self.step, host, grads, updates)
+        self.builder.add_step(self.step, host)
         self.grads.forget_handles()
         if distributed.running():
             self._reduce_across_ranks()

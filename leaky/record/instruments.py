@@ -1,0 +1,68 @@
+"""Instruments added to every recorder: one file each, a context manager plus its part of the record.
+
+The recorder's hot path (op mode, node hooks, units, sites, modules, parameters, the
+monitor) and its built-in instruments are assembled in recorder.py. A capability that
+needs data none of them records adds an instrument here instead, with no edit to the
+recorder:
+
+    @instrument("output_peaks")
+    class OutputPeaks:
+        def __init__(self, host: InstrumentHost) -> None: ...   # what it may ask, nothing more
+        def __enter__(self): ...            # install its hooks
+        def __exit__(self, *exc): ...       # remove them: called on any exit, errors included
+        def end_step(self, step: int) -> None: ...   # optional: a step ended
+        def part(self): ...                 # its part of the RunRecord (RunRecord.parts[name])
+
+Each recorder makes one of every registered instrument (a factory that returns None opts
+out, e.g. when a config flag is off), enters them in its ExitStack after its own, and
+leaves them in reverse order. `part()` is called at each snapshot (the end of an audit, a
+watch's check pass): it returns what derive/ reads, frozen or copied, never live state.
+Its device values stay on the device until then (one copy per snapshot, in derive/).
+The derive function that reads a part is registered in derive/fields.py.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Protocol
+
+
+class InstrumentHost(Protocol):
+    """What an added instrument may ask of the recorder that makes it."""
+
+    config: Any            # AuditConfig
+    modules: Any           # ModuleTracker: a module's key (key_of) and its name (name)
+    observing: bool        # this step is observed in detail (an audit: every step until the limit)
+    step: int              # the index of the step being recorded
+
+    def guarded(self, fn: Callable[..., Any], *args: Any) -> Any: ...   # leaky's failure never stops training
+
+
+Factory = Callable[[InstrumentHost], Any]
+INSTRUMENTS: dict[str, Factory] = {}
+
+
+def instrument(name: str) -> Callable[[Factory], Factory]:
+    """Register an instrument under `name`: its part is RunRecord.parts[name]."""
+    def add(make: Factory) -> Factory:
+        if name in INSTRUMENTS:
+            raise ValueError(f"an instrument named {name!r} is already registered")
+        INSTRUMENTS[name] = make
+        return make
+    return add
+
+
+def made(host: InstrumentHost) -> dict[str, Any]:
+    """One of each registered instrument for this recorder (those whose factory opts out are left out)."""
+    made = {name: make(host) for name, make in INSTRUMENTS.items()}
+    return {name: inst for name, inst in made.items() if inst is not None}
+
+
+@contextmanager
+def restored() -> Iterator[None]:
+    """The registry as it was, after the block (for tests that register an instrument)."""
+    before = dict(INSTRUMENTS)
+    try:
+        yield
+    finally:
+        INSTRUMENTS.clear()
+        INSTRUMENTS.update(before)
