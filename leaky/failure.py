@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
-_ZOO = os.path.join(_PACKAGE, "zoo")        # built-in examples: user code, not leaky's frames
+from leaky.frames import is_leaky_file
+
 _RUNPY = os.path.abspath(runpy.__file__)
 # The standard library and installed packages (torch among them): not the script's own code.
 _LIBRARIES = tuple({os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib", "purelib",
@@ -108,7 +108,7 @@ def _script_frames(frames: list[traceback.FrameSummary]) -> list[traceback.Frame
     runs the function's body straight away, which is the frame after leaky's)."""
     detour = set()
     for index, frame in enumerate(frames):
-        if frame.filename == _OVERRIDES and index + 1 < len(frames) and is_leaky_frame(frames[index + 1].filename):
+        if frame.filename == _OVERRIDES and index + 1 < len(frames) and is_leaky_file(frames[index + 1].filename):
             detour.update((index - 1, index))
     return [f for i, f in enumerate(frames) if i not in detour and _is_script_frame(f.filename)]
 
@@ -118,12 +118,7 @@ def _is_script_frame(filename: str) -> bool:
     not the frozen import machinery's."""
     if filename.startswith("<"):
         return not filename.startswith(("<frozen importlib", "<frozen runpy"))
-    return not is_leaky_frame(filename) and os.path.abspath(filename) != _RUNPY
-
-
-def is_leaky_frame(filename: str) -> bool:
-    """A frame of leaky's own code (its built-in examples are user code)."""
-    return filename.startswith(_PACKAGE + os.sep) and not filename.startswith(_ZOO + os.sep)
+    return not is_leaky_file(filename) and os.path.abspath(filename) != _RUNPY
 
 
 def strip_escapes(text: str) -> str:
@@ -147,5 +142,5 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-__all__ = ["INTERRUPTED", "ScriptFailure", "describe_exception", "failure_of", "is_leaky_frame", "print_failure",
+__all__ = ["INTERRUPTED", "ScriptFailure", "describe_exception", "failure_of", "print_failure",
            "script_traceback", "strip_escapes"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from leaky.audit import Audit
 from leaky.config import AuditConfig
-from leaky.failure import ScriptFailure, failure_of, is_leaky_frame
+from leaky.failure import ScriptFailure, failure_of
+from leaky.frames import is_leaky_file
 from leaky.record.recorder import StopObserving
 
 
@@ -74,7 +75,7 @@ def _raised_inside_leaky(exc: BaseException) -> bool:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     filename = tb.tb_frame.f_code.co_filename if tb is not None else __file__
-    return is_leaky_frame(filename) and os.path.abspath(filename) != os.path.abspath(__file__)
+    return is_leaky_file(filename) and os.path.abspath(filename) != os.path.abspath(__file__)
 
 
 def _stop() -> None:

@@ -16,8 +16,9 @@ from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
+from leaky.frames import is_internal
 from leaky.record.modules import remove_global_hook
-from leaky.record.sites import SourceLocator, _is_internal
+from leaky.record.sites import SourceLocator
 
 
 # NOTE: what a probe part reads about an op (its shapes, storage, values) is no op of the
@@ -31,7 +32,7 @@ def _is_data(value) -> bool:
     return isinstance(value, torch.Tensor) and not value.requires_grad and not isinstance(value, nn.Parameter)
 
 
-_internal = functools.lru_cache(maxsize=None)(_is_internal)
+_internal = functools.lru_cache(maxsize=None)(is_internal)
 
 
 def _call_path() -> tuple[tuple[str, int], ...]:

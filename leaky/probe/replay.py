@@ -37,6 +37,7 @@ from torch.nn.modules import module as module_globals
 
 from leaky import ops
 from leaky.config import AuditConfig
+from leaky.frames import is_internal
 from leaky.probe.calls import (FirstStepCalls, ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors,
                                reading)
 from leaky.probe.floor import LossTerms
@@ -404,6 +405,6 @@ def _forward_site(module: nn.Module) -> dict | None:
         line = inspect.getsourcelines(type(module).forward)[1]
     except (OSError, TypeError):
         return None
-    if file is None or file.startswith(os.path.dirname(torch.__file__)):
+    if file is None or is_internal(file):
         return None
     return {"file": file, "line": line, "model": type(module).__name__}

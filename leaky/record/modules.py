@@ -22,9 +22,9 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.utils.hooks import RemovableHandle
 
+from leaky.frames import is_internal
 from leaky.record.guards import outside_graphs
 from leaky.record.script_names import script_name, unwrapped_path
-from leaky.record.sites import _is_internal
 
 _MODULE_FILE = module_globals.__file__
 
@@ -243,7 +243,7 @@ def _caller_is_internal() -> bool:
         frame = frame.f_back
     while frame is not None and frame.f_code.co_filename == _MODULE_FILE:
         frame = frame.f_back
-    return frame is not None and _is_internal(frame.f_code.co_filename)
+    return frame is not None and is_internal(frame.f_code.co_filename)
 
 
 def _type_name(module: nn.Module) -> str:

@@ -26,8 +26,9 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim import lr_scheduler
 
+from leaky.frames import is_internal
 from leaky.record.guards import outside_graphs
-from leaky.record.sites import SourceLocator, _is_internal
+from leaky.record.sites import SourceLocator
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 _MAX_MADE = 100_000       # created modules / parameters remembered at most (a script that builds layers in a loop)
@@ -331,7 +332,7 @@ def _function_line(fn) -> tuple | None:
         code = inspect.unwrap(fn).__code__
     except (AttributeError, ValueError):
         code = getattr(getattr(fn, "__call__", None), "__code__", None)
-    if code is None or _is_internal(code.co_filename):
+    if code is None or is_internal(code.co_filename):
         return None
     lines, line = set(), code.co_firstlineno
     for ins in dis.get_instructions(code):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from leaky.record.sites import _is_internal
+from leaky.frames import is_internal
 
 _WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}
 # NOTE: a list longer than this is data, not a model's layers: not searched for modules
@@ -90,7 +90,7 @@ def _named(found: _Found, path: str, module: nn.Module) -> ScriptName:
 def _user_frames(frame) -> list:
     frames = []
     while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
+        if not is_internal(frame.f_code.co_filename):
             frames.append(frame)
         frame = frame.f_back
     return frames

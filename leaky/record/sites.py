@@ -7,28 +7,14 @@ hand-written recurrence.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from leaky import ops
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_LEAKY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Built-in examples live inside the package but are user code for attribution.
-_LEAKY_USER_DIRS = (os.path.join(_LEAKY_DIR, "zoo"),)
-
-
-def _is_internal(filename: str) -> bool:
-    if filename.startswith(_TORCH_DIR):
-        return True
-    if filename.startswith(_LEAKY_DIR):
-        return not filename.startswith(_LEAKY_USER_DIRS)
-    return filename.startswith("<frozen") or "/typing_extensions" in filename
+from leaky.frames import is_internal
 
 
 class SourceLocator:
@@ -48,7 +34,7 @@ class SourceLocator:
             code = frame.f_code
             verdict = internal.get(code)
             if verdict is None:
-                verdict = internal[code] = _is_internal(code.co_filename)
+                verdict = internal[code] = is_internal(code.co_filename)
             if not verdict and (made is None or not _constructing(frame, made)):
                 return code.co_filename, frame.f_lineno, frame.f_lasti
             frame = frame.f_back

@@ -19,21 +19,17 @@ import os
 import sys
 import warnings
 
-from leaky.record.sites import _LEAKY_DIR, _is_internal
+from leaky.frames import is_leaky_file
 
 # leaky's own modules, not its built-in examples (leaky.zoo), which are user code
 _LEAKY_MODULES = r"(?!leaky\.zoo(\.|$))leaky(\..*)?$"
-
-
-def _leaky_file(filename: str) -> bool:
-    return filename.startswith(_LEAKY_DIR) and _is_internal(filename)
 
 
 _WARNINGS_FILE = warnings.__file__
 
 
 def _dispatch_file(filename: str) -> bool:
-    return (_leaky_file(filename) or filename == _WARNINGS_FILE
+    return (is_leaky_file(filename) or filename == _WARNINGS_FILE
             or filename.endswith(os.path.join("torch", "overrides.py")))
 
 
@@ -57,10 +53,10 @@ def _user_frame():
     frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename == _WARNINGS_FILE or frame.f_code.co_filename == __file__):
         frame = frame.f_back
-    if frame is None or _leaky_file(frame.f_code.co_filename):
+    if frame is None or is_leaky_file(frame.f_code.co_filename):
         return _outward(frame)
     inner = frame.f_code
-    while frame is not None and not _leaky_file(frame.f_code.co_filename):
+    while frame is not None and not is_leaky_file(frame.f_code.co_filename):
         frame = frame.f_back
     outer = _outward(frame)
     if outer is not None and outer.f_code is inner:
@@ -80,7 +76,7 @@ class WarningSource:
         previous = self._previous = warnings.showwarning
 
         def showwarning(message, category, filename, lineno, file=None, line=None):
-            if file is None and _leaky_file(str(filename)):
+            if file is None and is_leaky_file(str(filename)):
                 frame = _user_frame()
                 if frame is not None:
                     _reissue(message, category, frame)
