@@ -11,8 +11,11 @@
 - `modules.py`: the per-module table, once. `recurrence.py`: spectral radii.
   `origins.py`: where optimizers, schedulers and casts were set up.
 
-`StatsBuilder` is what record/ is given as its sink: record/ calls add_step,
-add_series and merge_ranks, and never reads a statistic back.
+`StatsBuilder` is what record/ is given as its sink: record/ calls add_step, add_series
+and, with several ranks, merge_ranks with what its one exchange across ranks returned
+(record/distributed.py `exchange`, to which the sink gives this rank's first non-finite
+event). derive/ makes no collective call and reads the record only through RunRecord,
+HostStep and the units' UnitStats.
 """
 from __future__ import annotations
 

@@ -3,11 +3,11 @@
 At each sampled step, on every rank at once (DDP keeps ranks in step): the activation
 counters are summed across ranks (a unit is dead only if it never fired on any rank), and,
 once, each rank's first non-finite event is exchanged, so that rank 0 can report an
-origin that happened on another rank's data. The collectives are record/distributed.py's.
+origin that happened on another rank's data. The collectives are record/distributed.py's
+`exchange`, called by record/ at the step; this folds what it returned.
 """
 from __future__ import annotations
 
-from leaky.record import distributed
 from leaky.stats import NonFinite, OpStats, _source
 
 
@@ -19,11 +19,16 @@ class RankMerge:
         self.rank_events: list[dict] = []          # first non-finite event of each rank
         self.remote_events_done = False
 
-    def merge_ranks(self, units: dict) -> None:
-        """Collectives on every rank at the same sampled step."""
-        self.global_units = distributed.reduce_units(units)
-        if not self.remote_events_done:
-            self.note_rank_events(distributed.gather_events(self.local_event()))
+    @property
+    def events_wanted(self) -> bool:
+        """Whether the next exchange should gather every rank's first non-finite event."""
+        return not self.remote_events_done
+
+    def merge_ranks(self, exchanged) -> None:
+        """Fold what the ranks told each other at a sampled step (record/distributed.py
+        `exchange`: its summed activation counters and, while wanted, their events)."""
+        self.global_units = exchanged.units
+        self.note_rank_events(exchanged.events)
 
     def local_event(self) -> dict | None:
         """This rank's first non-finite event, described without local site numbers."""

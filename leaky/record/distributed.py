@@ -1,6 +1,7 @@
 """Several processes (torchrun, DDP, FSDP): reduce what must be judged globally.
 
-Uses the process group the user's script set up; never starts one. Per sampled step:
+Every collective of leaky is here. Uses the process group the user's script set up; never
+starts one. Per sampled step, one call, `exchange`:
 - activation counters are summed across ranks (a unit is dead only if it never fired on
   any rank; `last_active` takes the latest step), into a global copy, so the next step's
   local sums stay local;
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import operator
 import os
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -59,6 +61,21 @@ def reduce_units(units: dict) -> dict[int, dict] | None:
                 entry[name] = copy
         result[site] = entry
     return result
+
+
+class Exchanged(NamedTuple):
+    """What the ranks told each other at one sampled step."""
+
+    units: dict[int, dict] | None   # activation counters summed across ranks (reduce_units); None: layouts differ
+    events: list[dict]              # each rank's first non-finite event, with its rank; [] when not asked
+
+
+def exchange(units: dict, event: dict | None, events_wanted: bool) -> Exchanged:
+    """The one exchange of a sampled step, called by every rank at the same step (DDP keeps
+    ranks in step; record/steps.py, after the step's flush): the activation counters summed,
+    and, while `events_wanted`, every rank's first non-finite event (`event`: this rank's).
+    derive/ranks.py folds what it returns; it makes no collective call of its own."""
+    return Exchanged(reduce_units(units), gather_events(event) if events_wanted else [])
 
 
 def gather_events(local: dict | None) -> list[dict]:
@@ -173,5 +190,5 @@ def sum_across_ranks(values: list) -> list:
     return list(stacked)
 
 
-__all__ = ["running", "rank", "is_main", "reduce_units", "gather_events", "is_dtensor", "local", "materialise",
+__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "gather_events", "is_dtensor", "local", "materialise",
            "sharded_squares", "sum_across_ranks", "torch", "total_norm"]

@@ -77,7 +77,9 @@ class Recorder(StepTracking):
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
                  on_series: Callable[[list], None] | None = None) -> None:
         """`make_sink(sites, modules, config)`: what each sampled step's record goes to (add_step,
-        add_series, merge_ranks; its `steps` counts the sampled steps it received)."""
+        add_series; with several ranks, merge_ranks of what record/distributed.py's exchange
+        returned, asking local_event and events_wanted first; its `steps` counts the sampled
+        steps it received)."""
         self.config = config
         self._mark = ("leaky", id(self))   # node.metadata key: node -> its site
         self.on_limit = on_limit

@@ -370,8 +370,10 @@ class StepTracking:
             return torch.linalg.vector_norm(norms)
 
     def _reduce_across_ranks(self) -> None:
-        """Collectives on every rank at the same sampled step (DDP keeps ranks in step)."""
-        self.builder.merge_ranks(self.units)
+        """The exchange across ranks, on every rank at the same sampled step (DDP keeps ranks in step)."""
+        sink = self.builder
+        wanted = sink.events_wanted
+        sink.merge_ranks(distributed.exchange(self.units, sink.local_event() if wanted else None, wanted))
 
     def _note_clean_sites(self, host) -> None:
         """Sites whose forward output has been checked on a clean step: from then on a sum,
