@@ -393,7 +393,7 @@ class AuditStats:
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
     batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed
-    # statistics added by name (derive/fields.py): a new capability's field, with no edit here
+    # statistics added by name (derive/fields/): a new capability's field, with no edit here
     derived: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -29,8 +29,9 @@ The built-in instruments, one file each
   warnings point at the user's line), `feedback.py` (square weights a recurrence reuses),
   `bypass.py` (composites around a saturating op), `leaves.py` (leaves the script builds),
   `cut_paths.py` (what stands behind a cut), `clipping.py` (a clamp against its own bound).
-- `instruments.py`: the registry for an instrument added without editing the recorder: a
-  context manager plus its part of the RunRecord (docs/design.md, "a check that needs new data").
+- `instruments/`: where an instrument is added without editing the recorder, one file each
+  (found on import): a context manager plus its part of the RunRecord (docs/design.md, "A
+  check that needs new data").
 
 Where leaky touches torch or Python globals
 - `guards.py` (leaky's callbacks kept out of graphs being traced), `collector.py` (the

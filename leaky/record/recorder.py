@@ -141,11 +141,11 @@ class Recorder(StepTracking):
         self.backward_at: tuple | None = None    # where the first backward() was called
         self.heap = FrozenHeap()                 # the objects alive on entry, frozen for the collector
         self._exits = ExitStack()                # what __exit__ leaves: every instrument entered
-        self.added = instruments.made(self)      # the instruments registered in record/instruments.py
+        self.added = instruments.made(self)      # the instruments registered in record/instruments/
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
-        """Enter every instrument, the added ones (record/instruments.py) after the recorder's
+        """Enter every instrument, the added ones (record/instruments/) after the recorder's
         own; should one fail to enter, those already entered are left again."""
         with ExitStack() as stack:
             for part in (self.warning_source, self.modules, self.origins):

@@ -83,4 +83,4 @@ class Observed(Protocol):
     params: Any
     origins: Any
     probes: Any
-    added: Any                      # the instruments of record/instruments.py, by name
+    added: Any                      # the instruments of record/instruments/, by name

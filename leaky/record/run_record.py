@@ -14,7 +14,7 @@ sees the Recorder. Everything derive needs that is not a per-step sum is here, b
   (ParamTable: owners, optimizer groups) and `origins` (OriginRecords: where optimizers,
   schedulers, casts and parameters were made). `probes` (ForwardProbes) is passed too: its
   probes hold device tensors that derive copies to the host once (`host()`).
-- `parts`: what each instrument added in record/instruments.py gives (its `part()`), by name.
+- `parts`: what each instrument added in record/instruments/ gives (its `part()`), by name.
 - `loss_scaler`: a function, not a value: finding a live GradScaler scans the whole heap
   (~150 ms), so derive calls it only when some gradient was half precision.
 """
@@ -56,7 +56,7 @@ class RunRecord:
     params: Any                          # ParamTable
     origins: Any                         # OriginRecords
     probes: Any                          # ForwardProbes
-    parts: Mapping[str, Any] = field(default_factory=dict)   # an added instrument's name -> its part (record/instruments.py)
+    parts: Mapping[str, Any] = field(default_factory=dict)   # an added instrument's name -> its part (record/instruments/)
 
 
 def snapshot(rec: "Observed") -> RunRecord:

@@ -290,7 +290,7 @@ class StepTracking:
             self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
             if self.monitor.due():
                 self.flush_series()
-        for part in self.added.values():   # record/instruments.py: an added instrument's step ends
+        for part in self.added.values():   # record/instruments/: an added instrument's step ends
             if hasattr(part, "end_step"):
                 self.guarded(part.end_step, self.step)
         self.step += 1

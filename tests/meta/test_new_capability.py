@@ -58,7 +58,7 @@ def _register_the_capability(page: str) -> None:
             return dict(self.peaks)
 
     @derived("output_peaks")
-    def output_peaks(run, sums) -> dict[str, float]:   # derive/output_peaks.py
+    def output_peaks(run, sums) -> dict[str, float]:   # derive/fields/output_peaks.py
         peaks = run.parts["output_peaks"]
         values = torch.stack(list(peaks.values())).tolist() if peaks else []   # one copy to the host
         return {run.modules.name(key): value for key, value in zip(peaks, values)}

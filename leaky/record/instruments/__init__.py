@@ -2,9 +2,10 @@
 
 The recorder's hot path (op mode, node hooks, units, sites, modules, parameters, the
 monitor) and its built-in instruments are assembled in recorder.py. A capability that
-needs data none of them records adds an instrument here instead, with no edit to the
-recorder:
+needs data none of them records adds an instrument as one file in this package (found on
+import, as checks are: no list to edit), with no edit to the recorder:
 
+    # leaky/record/instruments/output_peaks.py
     @instrument("output_peaks")
     class OutputPeaks:
         def __init__(self, host: InstrumentHost) -> None: ...   # what it may ask, nothing more
@@ -18,11 +19,13 @@ out, e.g. when a config flag is off), enters them in its ExitStack after its own
 leaves them in reverse order. `part()` is called at each snapshot (the end of an audit, a
 watch's check pass): it returns what derive/ reads, frozen or copied, never live state.
 Its device values stay on the device until then (one copy per snapshot, in derive/).
-The derive function that reads a part is registered in derive/fields.py.
+The derive function that reads a part is registered in derive/fields/.
 """
 from __future__ import annotations
 
+import pkgutil
 from contextlib import contextmanager
+from importlib import import_module
 from typing import Any, Callable, Iterator, Protocol
 
 
@@ -66,3 +69,14 @@ def restored() -> Iterator[None]:
     finally:
         INSTRUMENTS.clear()
         INSTRUMENTS.update(before)
+
+
+def _discover() -> None:
+    """Import every module of this package but its helpers (a leading underscore): each
+    registers itself on import."""
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not module.name.startswith("_"):
+            import_module(f"{__name__}.{module.name}")
+
+
+_discover()

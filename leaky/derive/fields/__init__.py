@@ -1,9 +1,11 @@
 """Statistics added by name: one derive function per field, read by checks as `stats.derived[name]`.
 
 The statistics of AuditStats are computed in assemble.py. A capability that adds an
-instrument (record/instruments.py) adds the function that turns its part of the run's
-record into a statistic here, with no edit to AuditStats or assemble.py:
+instrument (record/instruments/) adds the function that turns its part of the run's
+record into a statistic as one file in this package (found on import), with no edit to
+AuditStats or assemble.py:
 
+    # leaky/derive/fields/output_peaks.py
     @derived("output_peaks")
     def output_peaks(run: RunRecord, sums) -> dict[str, float]:
         return {name: float(peak) for name, peak in run.parts["output_peaks"].items()}
@@ -15,7 +17,9 @@ them): checks and reports read it, and a store may keep it.
 """
 from __future__ import annotations
 
+import pkgutil
 from contextlib import contextmanager
+from importlib import import_module
 from typing import Any, Callable, Iterator
 
 from leaky.record.run_record import RunRecord
@@ -48,3 +52,14 @@ def restored() -> Iterator[None]:
     finally:
         DERIVED.clear()
         DERIVED.update(before)
+
+
+def _discover() -> None:
+    """Import every module of this package but its helpers (a leading underscore): each
+    registers itself on import."""
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not module.name.startswith("_"):
+            import_module(f"{__name__}.{module.name}")
+
+
+_discover()
