@@ -41,7 +41,7 @@ steps; then one step under set_sync_debug_mode("error"), which says whether anyt
 
 Without CUDA the script says "no CUDA device: skipped ..." for each CUDA part and runs the
 same code paths on the CPU at smoke sizes (1-layer GPT, 4-block ResNet of width 8), so that
-CI can check it imports and starts (tests/test_benchmarks_start.py).
+CI can check it imports and starts (tests/e2e/test_benchmarks_start.py).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each case is the source of a standalone script (synthetic data made in it, seeded, a few
 seconds on one CPU thread) and what the probes must say. `benchmarks/probe_calibration.py`
-measures the healthy ones to set LK308's threshold; tests/test_probe.py runs some of them
+measures the healthy ones to set LK308's threshold; tests/unit/probe/test_probe.py runs some of them
 through the command.
 
     HEALTHY[name] = source      # must pass both probes

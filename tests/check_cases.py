@@ -1,5 +1,5 @@
 """Run one check on hand-built stats, ruff-style: `fires` where it must report, `quiet`
-where it must not. tests/test_checks_unit.py checks that every registered code has both."""
+where it must not. tests/meta/test_hand_built_stats.py checks that every registered code has both."""
 from __future__ import annotations
 
 from leaky.checks import CHECKS

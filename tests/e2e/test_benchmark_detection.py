@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BROKEN = {
     "b17-warmup-integer-division": "a scheduler's lr function set the rate to 0",
     "b18-head-replaced-after-optimizer": "a layer created after the optimizer was built",

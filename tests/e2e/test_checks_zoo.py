@@ -36,7 +36,7 @@ def test_healthy_example_has_no_warning_or_error(name, seed):
 def test_every_check_has_a_broken_example():
     covered = {expect.code for name in BROKEN for expect in EXAMPLES[name].expect}
     # LK308 and LK309 are judged by `leaky probe` on its own runs: their examples are run
-    # through it in tests/test_probe.py
+    # through it in tests/unit/probe/test_probe.py
     assert covered == set(leaky.checks.CHECKS)
 
 

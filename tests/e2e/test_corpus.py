@@ -8,7 +8,7 @@ right module. These are the idioms where leaky once raised false alarms: LBFGS w
 closure, a GAN with two optimizers, a DQN whose target network is synced every N steps, a
 bigram that learns slowly, an actor and a critic held by one agent, a DataLoader with
 workers, warm restarts, Lightning, the Hugging Face Trainer. (A compiled model is in
-tests/test_compile.py.)
+tests/unit/record/test_compile.py.)
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 
 from leaky.cli import main
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).parents[1] / "corpus"
 ALARM = ("warning", "error")
 
 

@@ -20,7 +20,7 @@ from leaky.testing import optimizer, stats
 from leaky.watch import Watch
 from tests.check_cases import fires, quiet
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).parents[1] / "corpus"
 
 
 class ThreeReluNet(nn.Module):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-LEAKY = Path(__file__).resolve().parent.parent / "leaky"
+LEAKY = Path(__file__).resolve().parents[2] / "leaky"
 MAX_LINES = 500
 
 

@@ -1,5 +1,5 @@
 """The hand-built-stats tests themselves: every registered check has a trigger and a
-non-trigger in tests/test_checks_unit_*.py, every threshold is an AuditConfig field, and
+non-trigger in tests/unit/checks/test_lk*.py, every threshold is an AuditConfig field, and
 leaky.testing's builders take keywords only and default to stats that raise nothing."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from leaky.checks import CHECKS, run_all
 from leaky.config import AuditConfig
 from leaky.stats import AuditStats
 
-TESTS = Path(__file__).parent
+CHECK_TESTS = Path(__file__).parents[1] / "unit" / "checks"
 CHECKS_DIR = Path(testing.__file__).parent / "checks"
 BUILDERS = [name for name in testing.__all__ if name not in ("assert_gradient_flow", "Severity")]
 # Display-only numbers may stay in a check: how many items a message lists.
@@ -24,7 +24,7 @@ DISPLAY = {"_SHOWN"}
 def _called_with_codes(helper: str) -> set[str]:
     """The codes passed as the first argument of `helper(...)` in the unit-test files."""
     codes = set()
-    for path in sorted(TESTS.glob("test_checks_unit_*.py")):
+    for path in sorted(CHECK_TESTS.glob("test_lk*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == helper
                     and node.args and isinstance(node.args[0], ast.Constant)):

@@ -6,10 +6,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(Path(os.path.abspath(__file__)).parents[2])
 
 # Runs the CLI in a fresh interpreter, then says which heavy modules it imported.
 PROBE = """

@@ -47,7 +47,7 @@ def test_causal_attention_peaked_by_a_score_factor_from_its_first_step_is_only_l
     # Peaked by construction (scores x 50 at init), not by learning: its scores get ~no
     # gradient from the first step, which LK101 reports at the softmax (the issue "saturated
     # softmax in LK101"). Attention that learns to be peaked stays quiet:
-    # tests/test_softmax_saturation.py.
+    # tests/unit/checks/test_softmax_saturation.py.
     model = PeakedAttention()
     gen = torch.Generator().manual_seed(0)
     audit = _train(model, lambda s: (torch.randn(8, 12, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)))

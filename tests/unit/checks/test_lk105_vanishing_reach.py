@@ -1,5 +1,5 @@
 """LK105's vanishing side on hand-built stats: how far back a recurrence's gradient reaches,
-judged with the loss (the training runs are tests/test_recurrence_reach.py)."""
+judged with the loss (the training runs are tests/unit/checks/test_recurrence_reach.py)."""
 from __future__ import annotations
 
 from leaky.checks._reach import reach_of

@@ -2,7 +2,7 @@
 models with real optimizers (broken: an over-confident head, regression targets of mean 50,
 a 2%-positive label with its bias at 0; healthy: default heads, label smoothing, class
 weights, a prior-initialised imbalanced classifier, standardised regression targets, a
-GAN's constant labels); hand-built stats are in tests/test_checks_unit_wiring.py."""
+GAN's constant labels); hand-built stats are in tests/unit/checks/test_lk307_loss_at_init.py."""
 from __future__ import annotations
 
 import math

@@ -99,7 +99,7 @@ def test_scaled_attention_and_sdpa_are_quiet():
 
 
 def _h05():
-    path = Path(__file__).parents[1] / "benchmarks/zoo/h05-prenorm-transformer-copy/train.py"
+    path = Path(__file__).parents[3] / "benchmarks/zoo/h05-prenorm-transformer-copy/train.py"
     spec = importlib.util.spec_from_file_location("h05_train", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -107,7 +108,7 @@ def _line(path, text: str) -> int:
 
 
 def _leaky_frames(text: str) -> list[str]:
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/leaky/"
+    package = str(Path(os.path.abspath(__file__)).parents[3]) + "/leaky/"
     return [line for line in text.splitlines() if package in line or "runpy" in line or "<frozen" in line]
 
 

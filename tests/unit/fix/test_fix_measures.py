@@ -71,7 +71,7 @@ def test_a_clamped_errors_fix_is_judged_helps_on_the_unclamped_error(tmp_path, c
     assert "loss without clamp" in text and "passed through as the identity" in text
 
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).parents[2] / "corpus"
 
 
 def test_the_corpus_dqn_with_a_clamped_td_error_is_helped_by_the_straight_through_clamp(tmp_path):

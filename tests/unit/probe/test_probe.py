@@ -23,7 +23,7 @@ from leaky.fix.runtime import Fix
 from leaky.probe import ProbeConfig, run_probes
 from leaky.probe.replay import FirstBatchReplay, InputTrace, ZeroInputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cases():

@@ -12,7 +12,7 @@ The supervised look-alikes with a real fault still fail, at their lines.
 Real scripts, written to tmp_path and run through the command with a small K."""
 from __future__ import annotations
 
-from tests.test_probe_findings import K, line_of, probe, verdicts
+from tests.unit.probe.test_probe_findings import K, line_of, probe, verdicts
 
 # A point pushed left or right: reward 1 per step until it leaves [-1, 1].
 ENV = """\

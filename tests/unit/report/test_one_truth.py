@@ -34,10 +34,10 @@ from leaky.fix.remedies import Context, propose
 from leaky.report.terminal import render_text, summary_line
 from leaky.script import script_program
 from leaky.zoo import get
-from tests.test_one_story import DEEP_SIGMOID
-from tests.test_watch_announce import DEAD, REVIVED
+from tests.unit.story.test_one_story import DEEP_SIGMOID
+from tests.unit.watch.test_watch_announce import DEAD, REVIVED
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).parents[2] / "corpus"
 SMALL = FixConfig(steps=60, holdout=10, repeats=1)
 
 
@@ -211,7 +211,7 @@ for step in range(200):
 
 
 def test_a_collapsed_policy_gets_a_smaller_rate_for_its_scores_layer(tmp_path):
-    """REINFORCE without a baseline at lr 0.1 (tests/test_missed_classes.py): every row one-hot
+    """REINFORCE without a baseline at lr 0.1 (tests/unit/checks/test_missed_classes.py): every row one-hot
     on one action within 20 steps. The scores layer's updates × 0.1 keep the rows apart."""
     script = _write(tmp_path, POLICY)
     with leaky.audit(steps=20) as audit:
@@ -234,7 +234,7 @@ def test_a_collapsed_policy_gets_a_smaller_rate_for_its_scores_layer(tmp_path):
 
 # -- an explained finding gets its root's fixes --------------------------------------------
 def test_weights_a_vanishing_gradient_starves_get_its_fixes_not_a_higher_rate(tmp_path):
-    """DEEP_SIGMOID (tests/test_one_story.py): LK201 and LK202 are told under LK103. Their own
+    """DEEP_SIGMOID (tests/unit/story/test_one_story.py): LK201 and LK202 are told under LK103. Their own
     advice (learning rate × 10) is not tried; LK103's fixes measure them too (with ReLU and
     Kaiming init their largest update ratio goes from ~1e-9 to ~1e-2)."""
     script = _write(tmp_path, DEEP_SIGMOID)
@@ -274,7 +274,7 @@ def test_a_healthy_sigmoid_stack_that_vanishes_is_not_explained_by_saturation():
 
 # -- LK202 on a collapsed policy ------------------------------------------------------------
 def test_a_collapsed_policys_falling_loss_is_not_called_training(tmp_path):
-    """tests/corpus/policy_collapse.py at lr 0.1 (tests/test_corpus.py's mutation): LK202 used
+    """tests/corpus/policy_collapse.py at lr 0.1 (tests/e2e/test_corpus.py's mutation): LK202 used
     to say "the loss is still falling ..., so it trains" (info) beside LK101's collapse."""
     for name in ("policy_collapse.py", "balance_env.py"):
         (tmp_path / name).write_text((CORPUS / name).read_text())
@@ -354,6 +354,6 @@ def test_a_watch_whose_findings_are_confirmed_has_none_unconfirmed(tmp_path, cap
 
 
 def test_the_schema_documents_the_order_and_the_new_key():
-    schema = (Path(__file__).parent.parent / "docs" / "report-schema.md").read_text()
+    schema = (Path(__file__).parents[3] / "docs" / "report-schema.md").read_text()
     assert "`unconfirmed`" in schema and "most severe first |" not in schema
     assert "root before what it explains" in schema

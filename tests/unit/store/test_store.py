@@ -18,7 +18,7 @@ import pytest
 from leaky import store as store_mod
 from leaky.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, git_commit, resolve_run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT_S = 60
 
 

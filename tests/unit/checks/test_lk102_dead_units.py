@@ -1,0 +1,58 @@
+"""LK102 dead-units on hand-built stats: stats that must trigger it and stats that a naive rule
+would misread but that must not (ruff-style fixtures, no training run). The zoo's training runs
+(tests/e2e/test_checks_zoo.py) test the same checks end to end."""
+from __future__ import annotations
+
+from leaky.finding import Severity
+from leaky.testing import activation, series, source, stats
+from tests.check_cases import fires, quiet
+
+
+# -- LK102 dead-units ----------------------------------------------------------------------
+def _relu_layer(dead: int, samples: int = 640, **fields):
+    relu = activation(site=1, op="relu", module="fc1", units=100, samples=samples, window=5, dead_units=dead,
+                      source=source(line=20), **fields)
+    return relu
+
+
+def test_lk102_most_units_of_a_layer_dead_is_an_error():
+    finding = fires("LK102", stats(steps=20, activations=(_relu_layer(70),)))
+    assert (finding.severity, finding.module, finding.op, finding.source.line) == (Severity.ERROR, "fc1", "relu", 20)
+    # 640 samples over 20 steps: 160 in the 5-step window
+    assert "70% of fc1's 100 relu units (70) output 0 for all ~160 samples of the last 5 observed steps" in finding.message
+    assert finding.evidence["dead_share"] == 0.7 and finding.evidence["window_samples"] == 160
+
+
+def test_lk102_a_third_of_the_units_silent_is_info_not_a_warning():
+    # healthy ReLU nets keep 30-35% silent units: worth knowing, no harm
+    (finding,) = quiet("LK102", stats(steps=20, activations=(_relu_layer(30),)), below=Severity.WARNING)
+    assert finding.severity is Severity.INFO
+    assert fires("LK102", stats(steps=20, activations=(_relu_layer(45),))).severity is Severity.WARNING
+    quiet("LK102", stats(steps=20, activations=(_relu_layer(20),)))
+
+
+def test_lk102_too_few_samples_in_the_window_is_not_judged():
+    # 100 samples over 20 steps: 25 in the window, fewer than dead_min_samples (32)
+    quiet("LK102", stats(steps=20, activations=(_relu_layer(90, samples=100),)))
+
+
+def _died_at_step_10(norm_at_9: float = 1.0, lr_at_9: float = 1e-3):
+    norms = [norm_at_9 if step == 9 else 1.0 for step in range(20)]
+    lrs = [lr_at_9 if step >= 9 else 1e-3 for step in range(20)]
+    relu = _relu_layer(70, died_steps=(10,) * 5, seen_dead_steps=(10,) * 5)
+    return stats(steps=20, activations=(relu,), series=series(grad_norms=norms, lr=lrs))
+
+
+def test_lk102_names_the_gradient_spike_just_before_the_units_died():
+    finding = fires("LK102", _died_at_step_10(norm_at_9=50.0))
+    assert finding.step == 10 and finding.evidence["died_between_steps"] == [10, 10]
+    assert ("5 of them fired earlier and died at step 10. Just before, at step 9, the gradient norm spiked "
+            "to 50 (50× its median).") in finding.message
+
+
+def test_lk102_a_small_bump_or_lr_step_before_the_deaths_is_not_a_spike():
+    # 5× the median is below dead_spike_factor (10), and an lr ×1.5 below lr_jump (2)
+    finding = fires("LK102", _died_at_step_10(norm_at_9=5.0, lr_at_9=1.5e-3))
+    assert "Nothing unusual was measured at step 9." in finding.message
+    jumped = fires("LK102", _died_at_step_10(lr_at_9=3e-3))
+    assert "the learning rate jumped from 0.001 to 0.003" in jumped.message
