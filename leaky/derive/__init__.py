@@ -14,7 +14,7 @@
 `StatsBuilder` is what record/ is given as its sink: record/ calls add_step, add_series
 and, with several ranks, merge_ranks with what its one exchange across ranks returned
 (record/distributed.py `exchange`, to which the sink gives this rank's first non-finite
-event). derive/ makes no collective call and reads the record only through RunRecord,
+event, `first_nonfinite`, and record/ its description). derive/ makes no collective call and reads the record only through RunRecord,
 HostStep and the units' UnitStats.
 """
 from __future__ import annotations
@@ -25,13 +25,11 @@ from leaky.derive.ranks import RankMerge
 
 
 class StatsBuilder(StepFolder, RankMerge):
-    """The running sums of one audit, and what they need to name sites and modules."""
+    """The running sums of one audit: host numbers only, no part of the record."""
 
-    def __init__(self, sites, modules, config) -> None:
+    def __init__(self, config) -> None:
         StepFolder.__init__(self, config)
         RankMerge.__init__(self)
-        self.sites = sites
-        self.modules = modules
         self.radius_cache = None   # spectral radii, reused across a watch's check passes
 
 

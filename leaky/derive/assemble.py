@@ -43,7 +43,7 @@ class Assembly:
     def stats(self) -> AuditStats:
         run, builder = self.run, self.builder
         idle = run.optimizer_exists and not run.saw_optimizer and run.backward_calls >= 2
-        ops = tuple(self._op_stats(site) for site in self.sites.sites)
+        ops = tuple(self._op_stats(site) for site in self.sites)
         by_site = {op.site: op for op in ops}
         activations = tuple(self._activation_stats(site, units, by_site) for site, units in run.units.items())
         pairs = list(self._param_stats())
@@ -51,7 +51,7 @@ class Assembly:
         orphans = {pid: p.name for pid, p in pairs if p.grad_steps and not p.in_optimizer}
         if builder.radius_cache is None:
             builder.radius_cache = RadiusCache()
-        recurrences = tuple(find_recurrences(self.modules, run.param_uses, by_site, self.params.owners(),
+        recurrences = tuple(find_recurrences(self.modules, run.param_uses, by_site, self.params.owners,
                                              builder.radius_cache, run.init_sites))
         nonfinite = tuple(NonFinite(phase, step, by_site[site], value)
                           for phase, (step, site, value) in sorted(builder.nonfinite.items(), reverse=True))
@@ -100,7 +100,7 @@ class Assembly:
 
     # -- where an op ran ---------------------------------------------------------------
     def _where(self, site: int):
-        record = self.sites.sites[site]
+        record = self.sites[site]
         return self.modules.name(record.module_key), self._site_source(record)
 
     def _site_source(self, site):
@@ -178,7 +178,7 @@ class Assembly:
                 "bypass_gain": 10.0 ** (total / steps) if steps else None}
 
     def _param_stats(self):
-        owners = self.params.owners()
+        owners = self.params.owners
         seen = set()
         for pid, (key, pname, param) in owners.items():
             seen.add(pid)
@@ -186,7 +186,7 @@ class Assembly:
         # NOTE: an optimizer's tensors that no module owns are named by their shape; two of
         # one shape are told apart in the order the optimizers hold them.
         shapes: dict[str, int] = defaultdict(int)
-        held = {id(param): (holder, pname) for holder, pname, param in self.modules.holder_parameters()}
+        held = {id(param): (holder, pname) for holder, pname, param in self.modules.holder_parameters}
         for pid, param in self.params.opt_params.items():
             if pid in seen:
                 continue
@@ -225,7 +225,7 @@ class Assembly:
 
     def _optimizer_modules(self) -> dict[int, list[str]]:
         """For each optimizer (index), the modules whose parameters it holds."""
-        owners = self.params.owners()
+        owners = self.params.owners
         result = {}
         for index, optimizer in enumerate(self.run.optimizers):
             names = {self.modules.name(owners[id(p)][0]) for g in optimizer.param_groups for p in g["params"]
@@ -258,10 +258,10 @@ class Assembly:
         for site, probe in probes.inputs.items():
             mean, std = probe.host()
             module, source = self._where(site)
-            inputs.append(InputStats(site, self.sites.sites[site].op, module, source, probe.count,
+            inputs.append(InputStats(site, self.sites[site].op, module, source, probe.count,
                                      tuple(mean), tuple(std), _source(probe.made_at)))
         weights = []
-        owners = self.params.owners()
+        owners = self.params.owners
         for pid, (site, probe) in probes.weights.items():
             owner = owners.get(pid)
             module, _ = self._where(site)

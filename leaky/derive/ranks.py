@@ -30,14 +30,13 @@ class RankMerge:
         self.global_units = exchanged.units
         self.note_rank_events(exchanged.events)
 
-    def local_event(self) -> dict | None:
-        """This rank's first non-finite event, described without local site numbers."""
+    def first_nonfinite(self) -> tuple[str, int, int, str] | None:
+        """This rank's first non-finite event: (phase, step, site, value); record/ describes
+        the site for the other ranks, which number their sites otherwise."""
         if not self.nonfinite:
             return None
         phase, (step, site, value) = min(self.nonfinite.items(), key=lambda kv: (kv[1][0], kv[0] == "backward"))
-        record = self.sites.sites[site]
-        return {"phase": phase, "step": step, "value": value, "op": record.op, "node": record.node,
-                "module": self.modules.name(record.module_key), "file": record.file, "line": record.line}
+        return phase, step, site, value
 
     def note_rank_events(self, events: list[dict]) -> None:
         if events:

@@ -76,10 +76,10 @@ class Recorder(StepTracking):
     def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
                  on_series: Callable[[list], None] | None = None) -> None:
-        """`make_sink(sites, modules, config)`: what each sampled step's record goes to (add_step,
-        add_series; with several ranks, merge_ranks of what record/distributed.py's exchange
-        returned, asking local_event and events_wanted first; its `steps` counts the sampled
-        steps it received)."""
+        """`make_sink(config)`: what each sampled step's record goes to (add_step, add_series;
+        with several ranks, merge_ranks of what record/distributed.py's exchange returned,
+        asking first_nonfinite and events_wanted first; its `steps` counts the sampled steps
+        it received)."""
         self.config = config
         self._mark = ("leaky", id(self))   # node.metadata key: node -> its site
         self.on_limit = on_limit
@@ -104,7 +104,7 @@ class Recorder(StepTracking):
         self.error: str | None = None       # leaky's own failure, if one happened
         self.unauditable: str | None = None  # why the run has nothing to measure, if so
         self.params = ParamTable(self.modules)
-        self.builder = make_sink(self.sites, self.modules, config)
+        self.builder = make_sink(config)
         self.clean_sites: set[int] = set()   # sites whose output was checked on a clean step (see _check_finite)
         self._bad_seen = False               # a NaN/Inf appeared in a forward output or the loss
         self.units: dict[int, UnitStats] = {}

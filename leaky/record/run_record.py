@@ -8,12 +8,14 @@ sees the Recorder. Everything derive needs that is not a per-step sum is here, b
   missing, the compiled modules, a target network's syncs, the coupled optimizers;
 - the record's tables, as read-only views of their entries at the snapshot (units, cuts,
   init sites, param uses, batch records, bypasses, custom-Function checks, optimizers);
-- four record parts passed as they are, because derive asks them questions rather than
-  reading values, and copying them would copy the run: `sites` (SiteTable: each site's op,
-  node, module and line), `modules` (ModuleTracker: names, infos, holders), `params`
-  (ParamTable: owners, optimizer groups) and `origins` (OriginRecords: where optimizers,
-  schedulers, casts and parameters were made). `probes` (ForwardProbes) is passed too: its
-  probes hold device tensors that derive copies to the host once (`host()`).
+- the sites (a tuple of Site), the modules (ModuleTable: each one's name and what was seen
+  of it, by key) and the parameters (ParamRecord: owners, optimizers, groups), as plain
+  tables copied at the snapshot;
+- two record parts passed as they are, because derive asks them questions rather than
+  reading values, and copying them would copy the run: `origins` (OriginRecords: where
+  optimizers, schedulers, casts and parameters were made) and `probes` (ForwardProbes: its
+  probes hold device tensors that derive copies to the host once, `host()`). Both can be
+  made standalone, as tests/unit/derive/test_build_stats.py does.
 - `parts`: what each instrument added in record/instruments/ gives (its `part()`), by name.
 - `loss_scaler`: a function, not a value: finding a live GradScaler scans the whole heap
   (~150 ms), so derive calls it only when some gradient was half precision.
@@ -29,6 +31,27 @@ from leaky.record.origins import bare_method_statement
 
 if TYPE_CHECKING:
     from leaky.record.roles import Observed
+
+
+@dataclass(frozen=True)
+class ModuleTable:
+    """The modules the run met, by key: what the report calls each, and what was seen of it."""
+
+    names: tuple[str | None, ...] = ()     # key -> its user-facing name (record/modules.py `name`)
+    infos: tuple[Any, ...] = ()            # key -> ModuleInfo: the module, its type, its root, who called it
+    holder_parameters: tuple[tuple[str, str, Any], ...] = ()   # (holder's variable, path in it, parameter)
+
+    def name(self, key: int | None) -> str | None:
+        return None if key is None else self.names[key]
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """The parameters the run trained or held."""
+
+    owners: Mapping[int, tuple] = field(default_factory=dict)        # id(param) -> (module key, name in it, param)
+    opt_params: Mapping[int, Any] = field(default_factory=dict)      # id(param) -> param, for every one an optimizer holds
+    param_group: Mapping[int, tuple[int, int]] = field(default_factory=dict)   # id(param) -> (optimizer, group index)
 
 
 @dataclass(frozen=True)
@@ -51,9 +74,9 @@ class RunRecord:
     batch_records: tuple                 # MixingRecord per model probed for batch mixing
     bypasses: Mapping[int, tuple]        # saturating site -> (composite site, shared input site)
     function_checks: Mapping[Any, Any]   # custom autograd Functions' gradient checks
-    sites: Any                           # SiteTable (passed as is, see the module's docstring)
-    modules: Any                         # ModuleTracker
-    params: Any                          # ParamTable
+    sites: tuple                         # site index -> Site: its op, node, module key and line
+    modules: ModuleTable
+    params: ParamRecord
     origins: Any                         # OriginRecords
     probes: Any                          # ForwardProbes
     parts: Mapping[str, Any] = field(default_factory=dict)   # an added instrument's name -> its part (record/instruments/)
@@ -73,8 +96,8 @@ def snapshot(rec: "Observed") -> RunRecord:
         init_sites=MappingProxyType(dict(rec.init_sites)),
         param_uses=MappingProxyType({pid: tuple(sites) for pid, sites in rec.feedback.param_uses.items()}),
         batch_records=tuple(rec.batch.records), bypasses=MappingProxyType(dict(rec.bypass.found)),
-        function_checks=MappingProxyType(dict(rec.functions.checks)), sites=rec.sites, modules=rec.modules,
-        params=rec.params, origins=rec.origins, probes=rec.probes,
+        function_checks=MappingProxyType(dict(rec.functions.checks)), sites=tuple(rec.sites.sites),
+        modules=_modules(rec.modules), params=_params(rec.params), origins=rec.origins, probes=rec.probes,
         parts=MappingProxyType({name: part.part() for name, part in rec.added.items()}))
 
 
@@ -85,3 +108,13 @@ def _loss_scaler(heap) -> dict | None:
         return None if scaler is None else {"scale": float(scaler.get_scale())}
     except Exception:   # a scaler in a state leaky does not know: as if none were found
         return None
+
+
+def _modules(tracker) -> ModuleTable:
+    infos = tuple(tracker.infos)
+    return ModuleTable(tuple(tracker.name(info.key) for info in infos), infos, tuple(tracker.holder_parameters()))
+
+
+def _params(table) -> ParamRecord:
+    return ParamRecord(MappingProxyType(dict(table.owners())), MappingProxyType(dict(table.opt_params)),
+                       MappingProxyType(dict(table.param_group)))

@@ -373,7 +373,17 @@ class StepTracking:
         """The exchange across ranks, on every rank at the same sampled step (DDP keeps ranks in step)."""
         sink = self.builder
         wanted = sink.events_wanted
-        sink.merge_ranks(distributed.exchange(self.units, sink.local_event() if wanted else None, wanted))
+        sink.merge_ranks(distributed.exchange(self.units, self._described(sink.first_nonfinite()) if wanted else None,
+                                              wanted))
+
+    def _described(self, event: tuple | None) -> dict | None:
+        """A non-finite event (phase, step, site, value) told without this rank's site numbers."""
+        if event is None:
+            return None
+        phase, step, site, value = event
+        record = self.sites.sites[site]
+        return {"phase": phase, "step": step, "value": value, "op": record.op, "node": record.node,
+                "module": self.modules.name(record.module_key), "file": record.file, "line": record.line}
 
     def _note_clean_sites(self, host) -> None:
         """Sites whose forward output has been checked on a clean step: from then on a sum,

@@ -10,10 +10,8 @@ import pytest
 from leaky.config import AuditConfig
 from leaky.derive import StatsBuilder, build_stats, fields
 from leaky.record.forward import ForwardProbes
-from leaky.record.modules import ModuleTracker
 from leaky.record.origins import OriginRecords
-from leaky.record.params import ParamTable
-from leaky.record.run_record import RunRecord
+from leaky.record.run_record import ModuleTable, ParamRecord, RunRecord
 from leaky.record.sites import SiteTable, SourceLocator
 from leaky.record.step_record import HostStep, NodeRecord
 from leaky.stats import CutEvent
@@ -21,13 +19,13 @@ from leaky.stats import CutEvent
 CONFIG = AuditConfig()
 
 
-def _run(sites: SiteTable, modules: ModuleTracker, **given) -> RunRecord:
-    """A run of two backward calls with no optimizer, nothing recorded but what is `given`."""
+def _run(sites: SiteTable, **given) -> RunRecord:
+    """A run of two backward calls with no optimizer, in no module, nothing recorded but what is `given`."""
     plain = dict(config=CONFIG, backward_calls=2, saw_optimizer=False, optimizer_exists=False, idle_at=None,
                  loss_scaler=lambda: None, compiled_module_keys=frozenset(), target_syncs=(), target_copied=False,
                  coupled_pairs=frozenset(), optimizers=(), units={}, cuts=(), init_sites={}, param_uses={},
-                 batch_records=(), bypasses={}, function_checks={}, sites=sites, modules=modules,
-                 params=ParamTable(modules), origins=OriginRecords(SourceLocator(), lambda fn: fn),
+                 batch_records=(), bypasses={}, function_checks={}, sites=tuple(sites.sites), modules=ModuleTable(),
+                 params=ParamRecord(), origins=OriginRecords(SourceLocator(), lambda fn: fn),
                  probes=ForwardProbes(("hand-built", 0)))
     return RunRecord(**{**plain, **given})
 
@@ -40,17 +38,17 @@ def _relu_step(site: int, arriving: float, leaving: float, nonzero_in: float, no
 
 @pytest.fixture
 def relu_run():
-    sites, modules = SiteTable(), ModuleTracker()
+    sites = SiteTable()
     site = sites.intern("relu", "ReluBackward0", None, ("train.py", 12), seq=7)
-    sums = StatsBuilder(sites, modules, CONFIG)
+    sums = StatsBuilder(CONFIG)
     for step, (into, out) in enumerate([(1.0, 0.5), (2.0, 0.5)]):   # gains 0.5 and 0.25
         sums.add_step(step, _relu_step(site, into, out, nonzero_in=100, nonzero_out=40))
-    return sites, modules, site, sums
+    return sites, site, sums
 
 
 def test_an_ops_gain_is_the_geometric_mean_over_steps_and_its_zeroed_share_the_counts(relu_run):
-    sites, modules, site, sums = relu_run
-    stats = build_stats(_run(sites, modules), sums)
+    sites, site, sums = relu_run
+    stats = build_stats(_run(sites), sums)
     op = stats.op(site)
     assert stats.steps == 2 and op.steps == 2 and op.op == "relu" and op.module is None
     assert op.gain == pytest.approx((0.5 * 0.25) ** 0.5)
@@ -59,19 +57,19 @@ def test_an_ops_gain_is_the_geometric_mean_over_steps_and_its_zeroed_share_the_c
 
 
 def test_a_cut_is_told_where_it_happened(relu_run):
-    sites, modules, site, sums = relu_run
+    sites, site, sums = relu_run
     cut = CutEvent("detach", (), None, ("train.py", 20), step=1)
-    (told,) = build_stats(_run(sites, modules, cuts=(cut,)), sums).cuts
+    (told,) = build_stats(_run(sites, cuts=(cut,)), sums).cuts
     assert told.kind == "detach" and told.step == 1 and (told.source.file, told.source.line) == ("train.py", 20)
 
 
 def test_an_added_statistic_reads_its_instruments_part(relu_run):
-    sites, modules, site, sums = relu_run
+    sites, site, sums = relu_run
     with fields.restored():
         @fields.derived("hand_counts")
         def hand_counts(run, sums):
             return {"parts": dict(run.parts), "steps": sums.steps}
 
-        stats = build_stats(_run(sites, modules, parts={"hand_counts": 3}), sums)
+        stats = build_stats(_run(sites, parts={"hand_counts": 3}), sums)
     assert stats.derived == {"hand_counts": {"parts": {"hand_counts": 3}, "steps": 2}}
-    assert build_stats(_run(sites, modules), sums).derived == {}
+    assert build_stats(_run(sites), sums).derived == {}
