@@ -23,6 +23,7 @@ from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
+from leaky.patch import Patch
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
@@ -306,14 +307,12 @@ class SkipCallAtLine:
     def __init__(self, owners: tuple, name: str, file: str, line: int, what: str) -> None:
         self.owners, self.name, self.file, self.line, self.what = owners, name, file, line, what
         self.applied: list[str] = []
-        self._saved: list[tuple[type, object]] = []
+        self._patches = ExitStack()
         self._locator = SourceLocator()
 
     def __enter__(self) -> "SkipCallAtLine":
         for owner in self.owners:
-            original = owner.__dict__[self.name]
-            self._saved.append((owner, original))
-            setattr(owner, self.name, self._wrap(original))
+            self._patches.enter_context(Patch(owner, self.name, self._wrap))
         return self
 
     def _wrap(self, original):
@@ -330,9 +329,7 @@ class SkipCallAtLine:
         return wrapper
 
     def __exit__(self, *exc) -> None:
-        while self._saved:
-            owner, original = self._saved.pop()
-            setattr(owner, self.name, original)
+        self._patches.close()
 
 
 def zero_grad_after_step() -> OptimizerEdit:

@@ -31,6 +31,7 @@ from leaky.audit import Audit
 from leaky.config import AuditConfig
 from leaky.failure import ScriptFailure, failure_of
 from leaky.fix.frozen import FrozenModules
+from leaky.patch import Patch
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
 from leaky.record.recorder import StopObserving
@@ -194,7 +195,7 @@ class SeedOffset:
 
     def __init__(self, offset: int) -> None:
         self.offset = offset
-        self._saved: list[tuple[object, str, Callable]] = []
+        self._patches = contextlib.ExitStack()
 
     def __enter__(self) -> "SeedOffset":
         targets = [(torch, "manual_seed"), (torch.random, "manual_seed"), (random, "seed")]
@@ -202,9 +203,7 @@ class SeedOffset:
         if numpy is not None:
             targets.append((numpy.random, "seed"))
         for owner, name in targets:
-            original = getattr(owner, name)
-            self._saved.append((owner, name, original))
-            setattr(owner, name, self._shifted(original))
+            self._patches.enter_context(Patch(owner, name, self._shifted))
         torch.manual_seed(0)
         random.seed(0)
         if numpy is not None:
@@ -222,9 +221,7 @@ class SeedOffset:
         return seed
 
     def __exit__(self, *exc) -> None:
-        for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
-        self._saved.clear()
+        self._patches.close()
 
 
 def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: int, steps: int,

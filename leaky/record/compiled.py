@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from leaky.patch import Patch
 from leaky.record.guards import frames_compiled_already, keep_dynamo_off_entries, note_compiled, outside_graphs
 
 if TYPE_CHECKING:
@@ -51,40 +52,37 @@ class CompiledCalls:
         self.module_keys: set[int] = set()    # the modules inside them (ModuleTracker keys)
         self._seen: set[int] = set()
         self._depth = 0
-        self._compile = None                  # torch.compile as it was
-        self._compile_wrapper = None          # ours
-        self._module_call = None              # OptimizedModule.__call__ as it was
+        self._compile = Patch(torch, "compile", self._compiling, unless_replaced=True)
+        self._module_call: Patch | None = None   # OptimizedModule.__call__, once torch._dynamo is loaded
         self._in_place: list[tuple] = []      # (weakref to a module, its compiled call before ours)
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "CompiledCalls":
-        self._compile = original = torch.compile
+        self._compile.__enter__()
+        if "torch._dynamo.eval_frame" in sys.modules:   # compiled modules may exist already
+            self.recorder.guarded(self._install)
+        return self
+
+    def _compiling(self, original: Callable) -> Callable:
         calls = self
 
         @functools.wraps(original)
         def compile(model=None, *args, **kwargs):
             note_compiled()
             compiled = original(model, *args, **kwargs)
-            if calls._compile is None:
+            if not calls._compile.active:
                 return compiled   # after the audit, beneath another library's wrapper (see __exit__)
             calls.recorder.guarded(calls._install)   # it reaches into torch._dynamo: never break the user's compile
             return calls._wrap(model, compiled)
 
-        torch.compile = self._compile_wrapper = compile
-        if "torch._dynamo.eval_frame" in sys.modules:   # compiled modules may exist already
-            self.recorder.guarded(self._install)
-        return self
+        return compile
 
     def __exit__(self, *exc) -> None:
-        if self._compile is not None:
-            # NOTE: a library imported meanwhile may have wrapped ours (Lightning wraps
-            # torch.compile at import): then ours stays beneath it, calling through.
-            if torch.compile is self._compile_wrapper:
-                torch.compile = self._compile
-            self._compile = None
+        # NOTE: a library imported meanwhile may have wrapped ours (Lightning wraps
+        # torch.compile at import): then ours stays beneath it, calling through.
+        self._compile.__exit__(*exc)
         if self._module_call is not None:
-            from torch._dynamo.eval_frame import OptimizedModule
-            OptimizedModule.__call__ = self._module_call
+            self._module_call.__exit__(*exc)
             self._module_call = None
         for ref, before in self._in_place:
             module = ref()
@@ -102,14 +100,17 @@ class CompiledCalls:
             note_compiled()
         keep_dynamo_off_entries()
         self._tag_modules_beneath_origins()
-        self._module_call = original = OptimizedModule.__dict__["__call__"]
+        self._module_call = Patch(OptimizedModule, "__call__", self._routed_call)
+        self._module_call.__enter__()
+
+    def _routed_call(self, original: Callable) -> Callable:
         calls = self
 
         @functools.wraps(original)
         def call(module, *args, **kwargs):
             return calls._call(module, original, module, *args, **kwargs)
 
-        OptimizedModule.__call__ = outside_graphs(call, traced=original)
+        return outside_graphs(call, traced=original)
 
     def _tag_modules_beneath_origins(self) -> None:
         """Dynamo wraps Module.__init__ when it first runs (to tag the modules it may meet in

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.function import Function
 
+from leaky.patch import Patch
 from leaky.record.guards import outside_graphs
 from leaky.record.gradcheck import GradcheckResult, check_function
 from leaky.record.call_args import tensors_in
@@ -88,12 +89,18 @@ class CustomFunctions:
     def __init__(self, recorder: "FunctionHost") -> None:
         self.recorder = recorder
         self.checks: dict[type, FunctionCheck] = {}
-        self._original = None
         self._busy = False
+        self._patch = Patch(Function, "apply", self._observed)
 
     def __enter__(self) -> "CustomFunctions":
-        self._original = Function.__dict__["apply"]
-        original, watch = self._original.__func__, self
+        self._patch.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._patch.__exit__(*exc)
+
+    def _observed(self, apply_method: classmethod) -> classmethod:
+        original, watch = apply_method.__func__, self
 
         def apply(cls, *args, **kwargs):
             if watch._busy or not _user_function(cls) or not watch.recorder.observing:
@@ -105,13 +112,7 @@ class CustomFunctions:
                 watch.recorder.guarded(watch._attribute, cls, args, kwargs, out)
             return out
 
-        Function.apply = classmethod(outside_graphs(apply, traced=original))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._original is not None:
-            Function.apply = self._original
-            self._original = None
+        return classmethod(outside_graphs(apply, traced=original))
 
     def _attribute(self, cls, args, kwargs, out) -> None:
         outputs = tensors_in(out)

@@ -15,21 +15,21 @@ import torch
 from torch import Tensor
 
 from leaky import ops
+from leaky.patch import Patch
 from leaky.record import distributed
 from leaky.stats import SeriesRow
 from leaky.record.guards import outside_graphs
 
 
-class TensorBackwardPatch:
+class TensorBackwardPatch(Patch):
     """Context manager: route `Tensor.backward` through a callback; restored on exit."""
 
     def __init__(self, on_backward: Callable) -> None:
+        super().__init__(torch.Tensor, "backward", self._routed)
         self.on_backward = on_backward
         self.inside = False
-        self._original = None
 
-    def __enter__(self) -> "TensorBackwardPatch":
-        self._original = original = torch.Tensor.__dict__["backward"]
+    def _routed(self, original: Callable) -> Callable:
         on_backward, patch = self.on_backward, self
 
         def backward(tensor, *args, **kwargs):
@@ -46,13 +46,7 @@ class TensorBackwardPatch:
         backward.__doc__ = original.__doc__
         backward = outside_graphs(backward, traced=original)
         backward.__wrapped__ = original
-        torch.Tensor.backward = backward
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._original is not None:
-            torch.Tensor.backward = self._original
-            self._original = None
+        return backward
 
 
 class StepMonitor:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dis
 import inspect
 import weakref
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -27,6 +28,7 @@ from torch.nn.modules import module as module_globals
 from torch.optim import lr_scheduler
 
 from leaky.frames import is_internal
+from leaky.patch import Patch
 from leaky.record.guards import outside_graphs
 from leaky.record.sites import SourceLocator
 
@@ -89,18 +91,6 @@ class ZeroGradSite:
     params: frozenset[int]            # Module.zero_grad(): ids of the parameters it clears
 
 
-class _Patch:
-    """Replace `owner.name` with `make(original)`; `restore()` puts the original back."""
-
-    def __init__(self, owner: type, name: str, make: Callable[[Any], Any]) -> None:
-        self.owner, self.name = owner, name
-        self.original = owner.__dict__[name]
-        setattr(owner, name, make(self.original))
-
-    def restore(self) -> None:
-        setattr(self.owner, self.name, self.original)
-
-
 class OriginRecords:
     """Context manager: records origins while active. `guard(fn, *args)` runs leaky's own
     bookkeeping so that its failure never reaches the user's code."""
@@ -120,7 +110,7 @@ class OriginRecords:
         self.params: dict[int, tuple[tuple | None, int]] = {}   # id(param) -> (where created, order)
         self.modules: dict[int, tuple[Any, tuple | None]] = {}  # id(module) -> (weakref, where constructed)
         self._order = 0
-        self._patches: list[_Patch] = []
+        self._patches = ExitStack()
         self._handles: list = []
         self._applying = False
         self._stepping = False
@@ -154,22 +144,21 @@ class OriginRecords:
                 return wrapper
             return make
 
-        patch = self._patches.append
-        patch(_Patch(torch.optim.Optimizer, "__init__", after(self._optimizer_built)))
-        patch(_Patch(torch.optim.Optimizer, "zero_grad", after(self._zero_grad, self.quiet)))
-        patch(_Patch(nn.Module, "zero_grad", after(self._zero_grad, self.quiet)))
-        patch(_Patch(nn.Module, "__init__", after(self._module_built)))
-        patch(_Patch(lr_scheduler.LRScheduler, "__init__", after(self._scheduler_built)))
+        patch = self._patches.enter_context
+        patch(Patch(torch.optim.Optimizer, "__init__", after(self._optimizer_built)))
+        patch(Patch(torch.optim.Optimizer, "zero_grad", after(self._zero_grad, self.quiet)))
+        patch(Patch(nn.Module, "zero_grad", after(self._zero_grad, self.quiet)))
+        patch(Patch(nn.Module, "__init__", after(self._module_built)))
+        patch(Patch(lr_scheduler.LRScheduler, "__init__", after(self._scheduler_built)))
         if "__init__" in lr_scheduler.ReduceLROnPlateau.__dict__:   # does not call LRScheduler.__init__
-            patch(_Patch(lr_scheduler.ReduceLROnPlateau, "__init__", after(self._scheduler_built)))
+            patch(Patch(lr_scheduler.ReduceLROnPlateau, "__init__", after(self._scheduler_built)))
         for kind in _stepping_schedulers():
-            patch(_Patch(kind, "step", self._wrap_scheduler_step))
-        patch(_Patch(torch.amp.autocast_mode.autocast, "__enter__", after(self._autocast)))
-        patch(_Patch(nn.Module, "_apply", self._wrap_apply))
+            patch(Patch(kind, "step", self._wrap_scheduler_step))
+        patch(Patch(torch.amp.autocast_mode.autocast, "__enter__", after(self._autocast)))
+        patch(Patch(nn.Module, "_apply", self._wrap_apply))
 
     def __exit__(self, *exc) -> None:
-        while self._patches:
-            self._patches.pop().restore()
+        self._patches.close()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -9,13 +9,15 @@ model (LK306's batch probe) need around the extra forward and backward.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as module_globals
 from torch.nn.modules.batchnorm import _BatchNorm
+
+from leaky.patch import Patch
 
 
 def snapshot(value: Any, depth: int = 2) -> Any:
@@ -80,32 +82,33 @@ def untouched(model: nn.Module):
     a list it appends to). Hooks that compute a weight (weight_norm, pruning) are off too:
     their last result stays in place, and the dependencies are the same."""
     modules = list(model.modules())
-    hooks = [(m, name, getattr(m, name)) for m in modules for name in _HOOKS if hasattr(m, name)]
-    globals_ = [(name, getattr(module_globals, name)) for name in _GLOBAL_HOOKS if hasattr(module_globals, name)]
     state = [(m, {k: v for k, v in vars(m).items() if k not in _INTERNAL}) for m in modules]
     contents = [(v, list(v) if isinstance(v, list) else dict(v)) for _, attrs in state for v in attrs.values()
                 if type(v) in (list, dict)]
-    for m, name, _ in hooks:
-        setattr(m, name, type(getattr(m, name))())
-    for name, value in globals_:
-        setattr(module_globals, name, type(value)())
-    try:
-        yield
-    finally:
-        for m, name, value in hooks:
-            setattr(m, name, value)
-        for name, value in globals_:
-            setattr(module_globals, name, value)
-        for m, attrs in state:
-            now = vars(m)
-            for key in [k for k in now if k not in _INTERNAL and k not in attrs]:
-                del now[key]
-            for key, value in attrs.items():
-                if now.get(key) is not value:
-                    now[key] = value
-        for value, saved in contents:
-            if isinstance(value, list):
-                value[:] = saved
-            else:
-                value.clear()
-                value.update(saved)
+    with ExitStack() as hooks_off:
+        for owner, names in [(m, _HOOKS) for m in modules] + [(module_globals, _GLOBAL_HOOKS)]:
+            for name in names:
+                if name in vars(owner):
+                    hooks_off.enter_context(Patch(owner, name, lambda hooks: type(hooks)()))
+        try:
+            yield
+        finally:
+            _put_back(state, contents)
+
+
+def _put_back(state: list, contents: list) -> None:
+    """What `forward` wrote on the modules, undone: attributes added, replaced, and the
+    lists and dicts it changed in place."""
+    for m, attrs in state:
+        now = vars(m)
+        for key in [k for k in now if k not in _INTERNAL and k not in attrs]:
+            del now[key]
+        for key, value in attrs.items():
+            if now.get(key) is not value:
+                now[key] = value
+    for value, saved in contents:
+        if isinstance(value, list):
+            value[:] = saved
+        else:
+            value.clear()
+            value.update(saved)

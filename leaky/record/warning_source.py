@@ -20,6 +20,7 @@ import sys
 import warnings
 
 from leaky.frames import is_leaky_file
+from leaky.patch import Patch
 
 # leaky's own modules, not its built-in examples (leaky.zoo), which are user code
 _LEAKY_MODULES = r"(?!leaky\.zoo(\.|$))leaky(\..*)?$"
@@ -68,34 +69,33 @@ class WarningSource:
     """Context manager: warnings attributed to leaky's code are re-issued at the user's."""
 
     def __init__(self) -> None:
-        self._previous = None
-        self._ours = None
+        self._patch = Patch(warnings, "showwarning", _reissuing, unless_replaced=True)
         self._filter = None
 
     def __enter__(self) -> "WarningSource":
-        previous = self._previous = warnings.showwarning
-
-        def showwarning(message, category, filename, lineno, file=None, line=None):
-            if file is None and is_leaky_file(str(filename)):
-                frame = _user_frame()
-                if frame is not None:
-                    _reissue(message, category, frame)
-                    return
-            previous(message, category, filename, lineno, file, line)
-
-        self._ours = showwarning
-        warnings.showwarning = showwarning
+        self._patch.__enter__()
         warnings.filterwarnings("always", module=_LEAKY_MODULES)
         self._filter = warnings.filters[0]
         return self
 
     def __exit__(self, *exc) -> None:
-        if warnings.showwarning is self._ours:
-            warnings.showwarning = self._previous
+        self._patch.__exit__(*exc)
         if self._filter in warnings.filters:
             warnings.filters.remove(self._filter)
             warnings._filters_mutated()
-        self._previous = self._ours = self._filter = None
+        self._filter = None
+
+
+def _reissuing(previous):
+    """`warnings.showwarning` that re-issues a warning attributed to leaky's code at the user's."""
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if file is None and is_leaky_file(str(filename)):
+            frame = _user_frame()
+            if frame is not None:
+                _reissue(message, category, frame)
+                return
+        previous(message, category, filename, lineno, file, line)
+    return showwarning
 
 
 def _reissue(message, category, frame) -> None:

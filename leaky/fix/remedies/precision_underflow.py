@@ -21,6 +21,7 @@ from leaky.finding import Finding
 from leaky.fix import change as edits
 from leaky.fix import runtime as rt
 from leaky.fix.remedies import Candidate, Context, remedy, short_place
+from leaky.patch import Patch
 from leaky.record.sites import SourceLocator
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -74,19 +75,16 @@ class MasterWeights:
         self.file, self.line, self.what = file, line, what
         self.applied: list[str] = []
         self._locator = SourceLocator()
-        self._original = None
+        self._patch = Patch(nn.Module, "_apply", self._wrap)
         self._inside = False
         self._undo: list = []
 
     def __enter__(self) -> "MasterWeights":
-        self._original = nn.Module.__dict__["_apply"]
-        nn.Module._apply = self._wrap(self._original)
+        self._patch.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._original is not None:
-            nn.Module._apply = self._original
-            self._original = None
+        self._patch.__exit__(*exc)
         while self._undo:
             self._undo.pop()()
 
