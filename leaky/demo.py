@@ -25,7 +25,7 @@ RECIPE = ("gru-view-for-transpose",)
 
 def unmet(example, findings: list[Finding]) -> list:
     """The expectations of an example that no audit finding satisfies (module and line must
-    match); those of `leaky probe`'s checks are left to it (tests/test_probe.py)."""
+    match); those of `leaky probe`'s checks are left to it (tests/unit/probe/test_probe.py)."""
     from leaky.zoo import marker_line
 
     from leaky.checks import CHECKS

@@ -79,7 +79,7 @@ def _spike(stats: AuditStats, config: AuditConfig) -> Finding | None:
     NOTE: the median of the earlier steps is kept as two heaps (the lower half, the upper
     half) as the steps are walked: O(n log n) a pass. A list and `statistics.median` per step
     were O(n² log n): a watch runs this pass every 100 steps, and past ~5000 steps one pass
-    took seconds (the same medians, bit for bit: tests/test_properties.py)."""
+    took seconds (the same medians, bit for bit: tests/e2e/test_properties.py)."""
     lower: list[float] = []   # the smaller half, negated (heapq is a min-heap)
     upper: list[float] = []
     summed = _per_term(stats)

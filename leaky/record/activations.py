@@ -347,7 +347,7 @@ def log_histogram(logs: Tensor) -> Tensor:
     NOTE: torch's CPU histc takes ~13 ns an element (7 ms for the 0.5M tanh outputs of one
     small transformer layer: most of an audited minGPT step's fold). This is the same float32
     bin arithmetic, trunc((x - low) * bins / (high - low)) with the top edge in the last bin
-    (checked against histc, edges and their neighbours included, by tests/test_properties.py),
+    (checked against histc, edges and their neighbours included, by tests/e2e/test_properties.py),
     done as four elementwise calls, a cast and one bincount: ~3 ns an element. Off the CPU
     histc is one kernel, where this would be seven: there histc itself is called."""
     if logs.device.type != "cpu":
@@ -402,7 +402,7 @@ def positive_counts(x: Tensor, dims: list[int], per_unit: int, nonnegative: bool
     on a 64x32x32x32 feature map that is 1.5 ms on one CPU thread. The signs summed as
     float32 are 0.3-0.4 ms and exact: every partial sum is a whole number below 2**24.
     torch's sign is (0 < x) - (x < 0), so sign(NaN) = 0 like NaN > 0 (on the CPU checked by
-    tests/test_properties.py, so the sums need no NaN pass there); on other devices the
+    tests/e2e/test_properties.py, so the sums need no NaN pass there); on other devices the
     sums are cleaned of NaN, so that were sign(NaN) NaN there, the unit holding it would
     count 0 for that step (already a non-finite step).
     """
