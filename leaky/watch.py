@@ -14,7 +14,7 @@ steps), and new findings are announced once (`on_finding`; again if one rises in
 and stored. `leaky watch` announces each warning and error in one line as it appears
 (leaky/report/announce.py) and tells it in full in the final report, with one line for the
 announced findings that the end no longer reports (`unconfirmed`). At `every=1` a watch
-reaches the verdict of an audit over the same steps (tests/test_commands_agree.py). The
+reaches the verdict of an audit over the same steps (tests/e2e/test_commands_agree.py). The
 store is optional in Python and the default on the command line.
 """
 from __future__ import annotations
@@ -244,9 +244,14 @@ def watch(every: int = DEFAULT_EVERY, store: str | os.PathLike | None = None, fa
           config: AuditConfig | None = None, tensorboard: str | os.PathLike | None = None) -> Watch:
     """Follow the training inside the block; keep it in `store` (a SQLite file) if given,
     and write TensorBoard events to `tensorboard` (a log dir) if given."""
-    sinks = []
-    if tensorboard is not None:
-        from leaky.integrations.tensorboard import TensorBoardSink
+    return Watch(every=every, store=store, fail_fast=fail_fast, config=config, sinks=watch_sinks(tensorboard))
 
-        sinks.append(TensorBoardSink(tensorboard))
-    return Watch(every=every, store=store, fail_fast=fail_fast, config=config, sinks=sinks)
+
+def watch_sinks(tensorboard: str | os.PathLike | None) -> list:
+    """What a watch writes to besides its store: TensorBoard events in `tensorboard` (a log
+    dir), if given."""
+    if tensorboard is None:
+        return []
+    from leaky.integrations.tensorboard import TensorBoardSink
+
+    return [TensorBoardSink(tensorboard)]

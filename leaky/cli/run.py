@@ -65,7 +65,7 @@ def cmd_watch(args) -> int:
     from leaky.report.terminal import print_report
     from leaky.script import ScriptError, run_script
     from leaky.store import StoreError
-    from leaky.watch import DEFAULT_EVERY, Watch
+    from leaky.watch import DEFAULT_EVERY, Watch, watch_sinks
 
     out = people_console()
     err = people_console(stderr=True)
@@ -78,15 +78,10 @@ def cmd_watch(args) -> int:
                     progress.print(announcement(finding, step))
 
             def make(script):
-                sinks = []
-                if args.tensorboard:
-                    from leaky.integrations.tensorboard import TensorBoardSink
-
-                    sinks.append(TensorBoardSink(args.tensorboard))
                 return Watch(every=args.every or DEFAULT_EVERY, store=args.store, config=config,
                              fail_fast=args.fail_fast, on_finding=announce, script=script, argv=script_args,
                              on_step=lambda rec: progress.on_step(rec, len(watch_of[0].seen) if watch_of else 0),
-                             sinks=sinks)
+                             sinks=watch_sinks(args.tensorboard or None))
 
             watch_of: list = []
 

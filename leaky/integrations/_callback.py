@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from leaky.watch import DEFAULT_EVERY, Watch
+from leaky.watch import DEFAULT_EVERY, Watch, watch_sinks
 
 
 class WatchSettings:
@@ -25,13 +25,8 @@ class WatchSettings:
         return [] if self.report is None else list(self.report.findings)
 
     def start_watch(self, on_finding: Callable, script: str, argv: list[str]) -> Watch:
-        sinks = []
-        if self.tensorboard is not None:
-            from leaky.integrations.tensorboard import TensorBoardSink
-
-            sinks.append(TensorBoardSink(self.tensorboard))
         self.watch = Watch(every=self.every, store=self.store, fail_fast=self.fail_fast, audit_steps=self.audit_steps,
-                           on_finding=on_finding, sinks=sinks, script=script, argv=argv)
+                           on_finding=on_finding, sinks=watch_sinks(self.tensorboard), script=script, argv=argv)
         self.watch.__enter__()
         return self.watch
 
