@@ -2,7 +2,7 @@
 where it must not. tests/meta/test_hand_built_stats.py checks that every registered code has both."""
 from __future__ import annotations
 
-from leaky.checks import CHECKS
+from leaky.checks import CHECKS, HEADLINES
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity, Source
 from leaky.stats import AuditStats
@@ -24,7 +24,20 @@ def fires(code: str, stats: AuditStats, *, config: AuditConfig = CONFIG,
     """The one finding the check makes on these stats."""
     found = findings_of(code, stats, config=config, causes=causes)
     assert len(found) == 1, [f.message for f in found]
+    _headline_resolves(found[0], stats)
     return found[0]
+
+
+def _headline_resolves(finding: Finding, stats: AuditStats) -> None:
+    """A firing check's declared headline (what `leaky fix` shows before -> after) reads the
+    very stats it fired on: a value, (what is measured, a value), or None where these stats
+    do not place it (a hand-built finding has no source line; tests/meta/test_pages_and_headlines.py
+    reads each headline on a real run)."""
+    if finding.code in HEADLINES:
+        label, read = HEADLINES[finding.code]
+        value = read(finding, stats)
+        assert label and (value is None or isinstance(value, str) or (
+            isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value))), (finding.code, value)
 
 
 def quiet(code: str, stats: AuditStats, *, config: AuditConfig = CONFIG, causes: tuple[Finding, ...] = (),
