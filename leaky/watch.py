@@ -40,16 +40,16 @@ from leaky.story import told_under
 
 DEFAULT_EVERY = 100   # sampled steps: 1 in 100 keeps the cost near 1% (docs/performance.md)
 # NOTE: the check pass (folding everything seen so far, every check, the store's module rows)
-# costs 1-2 ms, more when a spectral radius is recomputed: after a sampled step it runs only
-# if the last pass was at least this many steps before, so at `every` < 10 its cost is
-# spread over 10 steps. Statistics are still taken at every sampled step; a finding is
-# announced at the first pass after it appears (the last pass, at the end, misses nothing).
+# costs milliseconds (docs/performance.md), more when a spectral radius is recomputed: after a
+# sampled step it runs only if the last pass was at least this many steps before, so at
+# `every` < 10 its cost is spread over 10 steps. Statistics are still taken at every sampled
+# step; a finding is announced at the first pass after it appears (the last pass, at the end,
+# misses nothing).
 CHECK_GAP = 10
 # NOTE: a pass reads the whole every-step series (the loss and norm checks walk it), so its
-# cost grows with the run: ~100 ms at 10,000 steps on this CPU. Passes are also spaced by
-# at least 1/CHECK_SPREAD of the steps so far, so that their cost per step stays flat over
-# a long run (at step 50,000 a pass every 5,000 steps), and a finding is announced at most
-# that many steps after it appears.
+# cost grows with the run. Passes are also spaced by at least 1/CHECK_SPREAD of the steps so
+# far, so that their cost per step stays flat over a long run (at step 50,000 a pass every
+# 5,000 steps), and a finding is announced at most that many steps after it appears.
 CHECK_SPREAD = 10
 
 

@@ -24,7 +24,7 @@ HIST_LOW = -16.0  # log10 of the smallest local derivative share kept apart
 # NOTE: whether a ReLU unit fired at all is taken at every observed call (one max per unit:
 # a unit that fires once is never called dead). How often it fires, and how many samples
 # sit in a flat region, are shares: counting them needs a pass that writes a copy of the
-# map (1.5 ms a step on the benchmark CNN, a third of `watch --every 1`'s cost). A watch
+# map (a large share of `watch --every 1`'s cost: docs/performance.md). A watch
 # counts them (and the raw input's per-feature mean and spread, record/forward.py, and the
 # share of gradient elements an op zeroes, record/gradients.py) at most once every RATE_GAP
 # steps, the cadence at which its checks read them; an audit, and a watch's first audited
@@ -41,8 +41,8 @@ SHARES_HELD = 1 << 22
 # judged dead only over the steps where its layer ran (a layer trained first and then no
 # longer run is not silent, only idle), and its window is counted in those steps.
 RAN_KEPT = 4096
-# NOTE: a ReLU's fire counts (a sign and a sum) cost two tensor calls per call, 30-40 µs in
-# place on a small output, where the arithmetic is nothing. An output below HOLD_BELOW
+# NOTE: a ReLU's fire counts (a sign and a sum) cost two tensor calls per call, whose fixed
+# cost dwarfs the arithmetic on a small output. An output below HOLD_BELOW
 # elements is kept instead (autograd saves a ReLU's output for its backward anyway) and
 # counted when the backward starts or the step ends, stacked with every other kept output of
 # the same shape, of any site (count_held): a few calls for a deep MLP's fifty ReLUs, the same
@@ -344,18 +344,17 @@ def log_histogram(logs: Tensor) -> Tensor:
     below at 10**HIST_LOW (so every finite value lies in [HIST_LOW, 0]): the same float32 counts,
     bin for bin, NaN left out.
 
-    NOTE: torch's CPU histc takes ~13 ns an element (7 ms for the 0.5M tanh outputs of one
-    small transformer layer: most of an audited minGPT step's fold). This is the same float32
+    NOTE: torch's CPU histc is slow per element (most of an audited minGPT step's fold; the
+    timings are in docs/performance.md). This is the same float32
     bin arithmetic, trunc((x - low) * bins / (high - low)) with the top edge in the last bin
     (checked against histc, edges and their neighbours included, by tests/e2e/test_properties.py),
-    done as four elementwise calls, a cast and one bincount: ~3 ns an element. Off the CPU
+    done as four elementwise calls, a cast and one bincount, several times faster. Off the CPU
     histc is one kernel, where this would be seven: there histc itself is called."""
     if logs.device.type != "cpu":
         return torch.histc(logs, bins=HIST_BINS, min=HIST_LOW, max=0.0)
     # clamped to [0, bins - 1] first, the cast to an integer truncates as floor would; a NaN
     # stays NaN through the clamp and is put in bin HIST_BINS, which is dropped. The bins are
-    # cast to int32, not int64: half the bytes to write, and bincount counts them the same
-    # (the cast and the count of 22k elements: 27 µs against 45, on this CPU).
+    # cast to int32, not int64: half the bytes to write, and bincount counts them the same.
     bins = (logs - HIST_LOW).mul_(_BIN_SCALE).clamp_(0, HIST_BINS - 1).nan_to_num_(float(HIST_BINS))
     return torch.bincount(bins.view(-1).to(torch.int32), minlength=HIST_BINS + 1)[:HIST_BINS].float()
 
@@ -398,9 +397,9 @@ def positive_counts(x: Tensor, dims: list[int], per_unit: int, nonnegative: bool
     """Per unit, how many elements of x are > 0: whole numbers in float32 (int64 from 2**24
     elements per unit), never NaN.
 
-    NOTE: `(x > 0).sum(dims)` makes a bool tensor and sums it through an integer cast:
-    on a 64x32x32x32 feature map that is 1.5 ms on one CPU thread. The signs summed as
-    float32 are 0.3-0.4 ms and exact: every partial sum is a whole number below 2**24.
+    NOTE: `(x > 0).sum(dims)` makes a bool tensor and sums it through an integer cast,
+    several times slower (docs/performance.md) than the signs summed as float32, which are
+    exact: every partial sum is a whole number below 2**24.
     torch's sign is (0 < x) - (x < 0), so sign(NaN) = 0 like NaN > 0 (on the CPU checked by
     tests/e2e/test_properties.py, so the sums need no NaN pass there); on other devices the
     sums are cleaned of NaN, so that were sign(NaN) NaN there, the unit holding it would

@@ -1,14 +1,14 @@
 """Python's cyclic garbage collector while leaky observes.
 
-An observed step keeps ~17 small Python objects per hooked node alive (0-d norms, their
-weak references, hooks and their handles, records) until its flush, so the collector
-promotes some at every second-generation pass, and every ~100 steps that makes it scan the
-whole heap: ~300,000 objects once torch is imported, 157 ms on this project's CPU, 0.8 ms a
-step amortised on a 50-layer MLP whose whole step is 6 ms. `FrozenHeap` freezes the objects
-alive when observing starts (gc.freeze: left out of the collector's scans) and unfreezes
-them on exit. Reference counting frees them as ever; only a reference cycle among them that
-becomes garbage meanwhile waits for the exit to be collected. A process that froze objects
-itself (a server before it forks) is left alone.
+An observed step keeps ~17 small Python objects per hooked node alive (0-d norms, their weak
+references, hooks and their handles, records) until its flush, so the collector promotes
+some at every second-generation pass, and every ~100 steps that makes it scan the whole
+heap, torch's objects included: a pause that a deep model's short steps feel
+(docs/performance.md). `FrozenHeap` freezes the objects alive when observing starts
+(gc.freeze: left out of the collector's scans) and unfreezes them on exit. Reference
+counting frees them as ever; only a reference cycle among them that becomes garbage
+meanwhile waits for the exit to be collected. A process that froze objects itself (a server
+before it forks) is left alone.
 
 The live objects leaky looks for (an enabled GradScaler, an optimizer over the parameters
 seen) are found here, by one scan each over `FrozenHeap.live_objects()`: `gc.get_objects()`

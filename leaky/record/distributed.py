@@ -121,10 +121,10 @@ def materialise(pieces: list) -> list:
 
 
 # NOTE: a watch takes the norm of every gradient at every step. `_foreach_norm` is one
-# fused kernel on a GPU, but on the CPU it calls a norm per tensor, 5-10 µs each in place
-# whatever the size (402 gradients of a depth-200 MLP: 1.8-2.2 ms). The small ones are
-# copied into one buffer by one C++ call (flatten_dense_tensors, as DDP's buckets are) and
-# normed once: 0.8-1.4 ms for the same 402, and a copy of at most _FLAT_LIMIT elements.
+# fused kernel on a GPU, but on the CPU it calls a norm per tensor, at a fixed cost each
+# whatever the size. The small ones are copied into one buffer by one C++ call
+# (flatten_dense_tensors, as DDP's buckets are) and normed once, for the price of a copy of
+# at most _FLAT_LIMIT elements (docs/performance.md).
 _FLAT_BELOW = 1 << 16    # elements: a gradient this small is copied, a larger one normed alone
 _FLAT_LIMIT = 1 << 22    # elements copied at most; past that, every gradient is normed alone
 _NUMEL = torch.Tensor.numel
@@ -171,7 +171,7 @@ def sharded_squares(grads: list) -> tuple:
         if not tensors:
             return None
         # NOTE: one stack per dtype, then one cast: not one .float() per parameter (a watch
-        # takes this norm at every step; a per-norm op was ~0.3 ms a step for 100 of them).
+        # takes this norm at every step).
         norms = torch._foreach_norm(tensors)
         dtypes = {norm.dtype for norm in norms}
         if len(dtypes) == 1:

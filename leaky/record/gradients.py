@@ -75,13 +75,13 @@ def _dense(grad: Tensor) -> Tensor:
     return grad.coalesce().values() if grad.is_sparse else grad
 
 
-# NOTE: counting the nonzero elements of a large gradient is a full pass over it (on a conv
-# net, a quarter of a step). Above 2**16 elements, the elements at a fixed stride of the
-# contiguous tensor are counted and the count scaled up: the stride is the smallest prime
-# >= 17 (and >= numel / 2**15) that divides no dimension, so the sample cycles through every
-# row, column and channel and holds 2**15 to 2**16 elements (3,855 at the fewest): the share
-# estimated from it has a standard error under 0.8% (0.3% above 2**19 elements). The arriving
-# and the leaving gradient of an op are sampled at the same positions.
+# NOTE: counting the nonzero elements of a large gradient is a full pass over it (on a conv net,
+# a large share of a step: docs/performance.md). Above 2**16 elements, the elements at a fixed
+# stride of the contiguous tensor are counted and the count scaled up: the stride is the
+# smallest prime >= 17 (and >= numel / 2**15) that divides no dimension, so the sample cycles
+# through every row, column and channel and holds 2**15 to 2**16 elements (3,855 at the fewest):
+# the share estimated from it has a standard error under 0.8% (0.3% above 2**19 elements). The
+# arriving and the leaving gradient of an op are sampled at the same positions.
 _SAMPLE_ABOVE = 1 << 16
 _SAMPLE_STRIDE = 17
 _SAMPLE_TARGET = 1 << 15

@@ -81,8 +81,8 @@ class ModuleTracker:
 
     def pause(self) -> None:
         """Between a watch's sampled steps: the hooks off, so that module calls take torch's
-        fast path (a global hook sends every call of every module through the slow one: ~6 µs
-        a call, 1 ms a step for a 50-layer MLP). Only between forwards: a running module's
+        fast path (a global hook sends every call of every module through the slow one, a
+        cost per call: docs/performance.md). Only between forwards: a running module's
         stack must see its post-hook."""
         if not self._stack:
             self.detach()

@@ -76,8 +76,8 @@ class StepMonitor:
             self.terms = terms if self.loss is None else None if terms is None or self.terms is None \
                 else self.terms + terms
             # NOTE: no grad mode needed: a detached tensor's copy and sum join no graph. This
-            # runs at every backward of a watch: each tensor call here was 8-23 µs in place
-            # on this CPU (4 of them before, 2 now for a 0-d loss).
+            # runs at every backward of a watch, where each tensor call counts: two for a 0-d
+            # loss (docs/performance.md).
             with torch._C.DisableTorchFunction():
                 value = loss.detach()
                 if value.dim():
@@ -147,7 +147,7 @@ def present_grads(optimizer) -> list[Tensor]:
     """The optimizer's parameters' gradients that are set, a sparse one as its stored values.
 
     NOTE: a watch asks this at every step: the .grad reads and the test run in C (map,
-    filter, attrgetter), not in a Python loop per parameter (~30 µs a step for 100)."""
+    filter, attrgetter), not in a Python loop per parameter (docs/performance.md)."""
     grads = []
     for group in optimizer.param_groups:
         grads.extend(filter(_PRESENT, map(_GRAD, group["params"])))
