@@ -126,14 +126,14 @@ class Watch(Audit):
         """The last optimizer step the run reached (the recorder's counter is one past it,
         unless a step was left unfinished)."""
         if self.stats.series:
-            return self.stats.series[-1][0]
+            return self.stats.series[-1].step
         return max(self.recorder.step - 1, 0)
 
     # -- per step ----------------------------------------------------------------------
     def _store_series(self, rows) -> None:
         if self.store is not None:
-            self.store.add_steps(self.run_id, [(step, _finite(loss), _finite(norm), _bad(loss, norm))
-                                               for step, loss, norm, *_ in rows])
+            self.store.add_steps(self.run_id, [(row.step, _finite(row.loss), _finite(row.grad_norm),
+                                                _bad(row.loss, row.grad_norm)) for row in rows])
 
     def _after_step(self, recorder: Recorder) -> None:
         if self.user_on_step is not None:

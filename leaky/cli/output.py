@@ -35,9 +35,9 @@ class Progress:
         builder = recorder.builder
         total = f"/{self.total}" if self.total else ""
         found = f" · {findings} finding{'s' if findings != 1 else ''}" if findings is not None else ""
-        last = builder.series[-1] if builder.series else (None, None, None, None)
-        loss = f" · loss {last[1]:.4g}" if last[1] is not None else ""
-        norm = f" · grad norm {last[2]:.3g}" if last[2] is not None else ""
+        last = builder.series[-1] if builder.series else None
+        loss = f" · loss {last.loss:.4g}" if last is not None and last.loss is not None else ""
+        norm = f" · grad norm {last.grad_norm:.3g}" if last is not None and last.grad_norm is not None else ""
         self.live.update(Text(f"leaky: step {max(builder.steps, recorder.step)}{total}{loss}{norm}{found}",
                               style="dim"))
 

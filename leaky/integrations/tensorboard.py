@@ -37,11 +37,11 @@ class TensorBoardSink:
             if param.update_ratios and len(param.shape) >= 2:
                 ratio_step, ratio = param.update_ratios[-1]
                 self.writer.add_scalar(f"leaky/update_ratio/{_tag(param.name)}", ratio, ratio_step)
-        for series_step, loss, norm, *_ in stats.series[-1:]:
-            if loss is not None and math.isfinite(loss):
-                self.writer.add_scalar("leaky/loss", loss, series_step)
-            if norm is not None and math.isfinite(norm):
-                self.writer.add_scalar("leaky/total_gradient_norm", norm, series_step)
+        for row in stats.series[-1:]:
+            if row.loss is not None and math.isfinite(row.loss):
+                self.writer.add_scalar("leaky/loss", row.loss, row.step)
+            if row.grad_norm is not None and math.isfinite(row.grad_norm):
+                self.writer.add_scalar("leaky/total_gradient_norm", row.grad_norm, row.step)
         self.writer.add_scalar("leaky/findings", len(findings), step)
         for finding in new:
             self.writer.add_text(f"leaky/findings/{finding.code}",

@@ -54,8 +54,8 @@ class StepMonitor:
 
     def __init__(self, batch: int = 64) -> None:
         self.batch = batch
-        # (step, loss, total gradient norm, lr, optimizer index, terms the loss summed)
-        self.pending: list[tuple[int, Tensor | None, Tensor | None, float | None, int | None, int | None]] = []
+        # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
+        self.pending: list[SeriesRow] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
         # last step, or since the last zero_grad() if one came after them. NOTE: gradients
         # accumulate, so the step applies the gradient of that sum (a GAN discriminator's
@@ -104,7 +104,7 @@ class StepMonitor:
                 finally:
                     torch._C._set_grad_enabled(grad_on)
         lr = _learning_rate(optimizer)
-        self.pending.append((step, self.loss, norm, lr, index, self.terms))
+        self.pending.append(SeriesRow(step, self.loss, norm, lr, index, self.terms))
         self.loss, self.terms, self._zeroed = None, None, False
 
     def due(self) -> bool:
@@ -124,18 +124,18 @@ class StepMonitor:
         """The pending steps' values (loss, norm), 0-d float tensors, in order, for a copy made
         elsewhere (an audited step's one flush, record/step_record.py); None while a sharded
         norm still needs its all-reduce."""
-        if any(isinstance(row[2], _Sharded) for row in self.pending):
+        if any(isinstance(row.grad_norm, _Sharded) for row in self.pending):
             return None
         with torch._C.DisableTorchFunction():
-            return [v.float().reshape(()) for _, loss, norm, *_ in self.pending for v in (loss, norm) if v is not None]
+            return [v.float().reshape(()) for row in self.pending for v in (row.loss, row.grad_norm) if v is not None]
 
     def rows(self, host: list[float]) -> list[SeriesRow]:
         """The pending steps as rows, given their staged values on the host."""
         pending, self.pending = self.pending, []
         values = iter(host)
-        return [SeriesRow(step, next(values) if loss is not None else None,
-                          next(values) if norm is not None else None, lr, index, terms)
-                for step, loss, norm, lr, index, terms in pending]
+        return [row._replace(loss=next(values) if row.loss is not None else None,
+                             grad_norm=next(values) if row.grad_norm is not None else None)
+                for row in pending]
 
 
 _GRAD = operator.attrgetter("grad")
@@ -163,19 +163,20 @@ class _Sharded:
         self.plain, self.shards = plain, shards
 
 
-def _combine_shards(pending: list) -> list:
+def _combine_shards(pending: list[SeriesRow]) -> list[SeriesRow]:
     """Total gradient norms of the sharded steps: one all-reduce for the whole batch."""
-    sharded = [row for row in pending if isinstance(row[2], _Sharded)]
+    sharded = [row for row in pending if isinstance(row.grad_norm, _Sharded)]
     if not sharded:
         return pending
     with torch._C.DisableTorchFunction(), torch.no_grad():
-        summed = iter(distributed.sum_across_ranks([row[2].shards.float() for row in sharded]))
+        summed = iter(distributed.sum_across_ranks([row.grad_norm.shards.float() for row in sharded]))
         combined = []
-        for step, loss, norm, lr, index, terms in pending:
+        for row in pending:
+            norm = row.grad_norm
             if isinstance(norm, _Sharded):
                 total = next(summed)
-                norm = (total if norm.plain is None else total + norm.plain.float()).sqrt()
-            combined.append((step, loss, norm, lr, index, terms))
+                row = row._replace(grad_norm=(total if norm.plain is None else total + norm.plain.float()).sqrt())
+            combined.append(row)
     return combined
 
 
