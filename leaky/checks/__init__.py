@@ -42,6 +42,8 @@ EXPLAINERS: dict[str, list[Explainer]] = {}   # a root cause's code -> how it ex
 # the value, or (what is measured, the value) where that depends on the finding; None: not measured
 Headline = Callable[[Finding, AuditStats], "str | tuple[str, str] | None"]
 HEADLINES: dict[str, tuple[str, Headline]] = {}   # a check's code -> (what its number is, how to read it)
+NoteFn = Callable[[AuditStats, AuditConfig], list[str]]
+NOTES: dict[str, list[NoteFn]] = {}   # a check's code -> what it leaves unjudged in a run, and why
 
 def register(code: str, name: str, summary: str, links: bool = False, probe: bool = False,
              explained_by: tuple[str, ...] = (), page: str | None = None) -> Callable[[CheckFn], CheckFn]:
@@ -59,13 +61,14 @@ def register(code: str, name: str, summary: str, links: bool = False, probe: boo
 
 @contextmanager
 def restored() -> Iterator[None]:
-    """The catalog as it was (checks, explainers, headlines), after the block: for tests
+    """The catalog as it was (checks, explainers, headlines, notes), after the block: for tests
     that register a check."""
-    before = dict(CHECKS), {code: list(fns) for code, fns in EXPLAINERS.items()}, dict(HEADLINES)
+    before = (dict(CHECKS), {code: list(fns) for code, fns in EXPLAINERS.items()}, dict(HEADLINES),
+              {code: list(fns) for code, fns in NOTES.items()})
     try:
         yield
     finally:
-        for table, saved in zip((CHECKS, EXPLAINERS, HEADLINES), before):
+        for table, saved in zip((CHECKS, EXPLAINERS, HEADLINES, NOTES), before):
             table.clear()
             table.update(saved)
 
@@ -93,6 +96,22 @@ def headline(code: str, label: str) -> Callable[[Headline], Headline]:
         HEADLINES[code] = (label, fn)
         return fn
     return add
+
+
+def note(code: str) -> Callable[[NoteFn], NoteFn]:
+    """Declare what check `code` leaves unjudged in a run, and why: a function of (stats,
+    config) giving one plain line per thing (an optimizer whose step is not one scaled
+    gradient step, for LK202). It sits beside the check, so the note and the decision to
+    stay quiet read the same facts."""
+    def add(fn: NoteFn) -> NoteFn:
+        NOTES.setdefault(code, []).append(fn)
+        return fn
+    return add
+
+
+def run_notes(stats: AuditStats, config: AuditConfig) -> list[str]:
+    """Every check's notes for this run, in the order of the checks' codes."""
+    return [line for code in CHECKS for make in NOTES.get(code, ()) for line in make(stats, config)]
 
 
 def lookup(key: str) -> Check:

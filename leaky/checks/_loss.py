@@ -98,7 +98,7 @@ class Objective:
 def judged_within_periods(resets, config: AuditConfig) -> bool:
     """Whether a loss is judged within the periods between these resets (target syncs, lr
     restarts): the median gap between them is at least `loss_min_period` steps. LK204, LK205
-    and the run's note (leaky/notes.py) all decide it here."""
+    and its note (checks/loss_not_decreasing.py) all decide it here."""
     cuts = sorted(set(resets))
     gaps = [b - a for a, b in zip(cuts, cuts[1:])]
     return bool(gaps) and statistics.median(gaps) >= config.loss_min_period

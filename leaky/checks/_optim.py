@@ -14,6 +14,13 @@ from leaky.finding import Cause, Source
 from leaky.stats import AuditStats, OptimizerStats, ParamStats
 
 
+def optimizer_label(stats: AuditStats, index: int) -> str:
+    """An optimizer as a note names it: its class and where it was built."""
+    optimizer = stats.optimizers[index]
+    where = f" ({line_of(optimizer.source)})" if optimizer.source else ""
+    return f"{optimizer.kind}{where}"
+
+
 def optimizer_of(stats: AuditStats, param: ParamStats) -> OptimizerStats | None:
     if param.optimizer is None or param.optimizer >= len(stats.optimizers):
         return None

@@ -22,11 +22,12 @@ judged on its own (checks/_loss.py); the players of an adversarial game are not 
 from __future__ import annotations
 
 import math
+import statistics
 
-from leaky.checks import explained_by, register
-from leaky.checks._loss import (Objective, cause_text, causes, change_bound, curve_of, each_objective, weights_of,
-                                whose, with_cause)
-from leaky.checks._optim import lr_cause, lr_origin
+from leaky.checks import explained_by, note, register
+from leaky.checks._loss import (Objective, cause_text, causes, change_bound, curve_of, each_objective,
+                                judged_within_periods, objectives, weights_of, whose, with_cause)
+from leaky.checks._optim import lr_cause, lr_origin, optimizer_label
 from leaky.checks._util import num
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -110,3 +111,39 @@ def _stuck(stats: AuditStats, objective: Objective, bound: float, flat: str, cur
     fix = "Raise the learning rate (×10 at a time) until ||Δw||/||w|| per step nears 1e-3."
     return Finding("loss-not-decreasing", "LK204", Severity.WARNING, message, fix, param.module, None, source,
                    curve.last_step, evidence, lr_cause(stats, param, "low", config))
+
+
+@note("LK204")
+def competing_objectives(stats: AuditStats, config: AuditConfig) -> list[str]:
+    """Players of a game: each loss followed on its own, judged only for overflow (LK204, LK205)."""
+    players = sorted({o.optimizer for o in objectives(stats, config) if o.competing and o.optimizer is not None
+                      and o.optimizer < len(stats.optimizers)})
+    if len(players) < 2:
+        return []
+    names = " and ".join(optimizer_label(stats, i) for i in players)
+    return [f"{names} train competing objectives (the loss of one sends gradient into the other's parameters, as in "
+            "a GAN or an actor-critic): each loss is followed on its own and judged only for overflow, since one "
+            "may rise while the other falls (LK204, LK205)."]
+
+
+@note("LK204")
+def moving_target(stats: AuditStats, config: AuditConfig) -> list[str]:
+    """A loss against a target that moves: judged within the periods between its changes, if any is long enough."""
+    if not stats.target_syncs:
+        return []
+    syncs = sorted(set(stats.target_syncs))
+    gaps = [b - a for a, b in zip(syncs, syncs[1:])]
+    every = f"every ~{statistics.median(gaps):g} steps" if gaps else f"at step {syncs[0]}"
+    judged = ("it is judged within the periods between changes" if _judged_within_periods(stats, config)
+              else "no period between changes is long enough to judge the loss's trend")
+    return [f"weights that no optimizer trains changed {every} (a target network synced from the trained one, or "
+            f"an EMA copy): the loss is measured against a moving target, so {judged} (LK204, LK205)."]
+
+
+def _judged_within_periods(stats: AuditStats, config: AuditConfig) -> bool:
+    """As LK204 and LK205 decide it: per objective, over the target's syncs and that optimizer's
+    learning-rate restarts (the syncs alone when no loss is followed outside a game)."""
+    followed = [o for o in objectives(stats, config) if not o.competing]
+    if not followed:
+        return judged_within_periods(stats.target_syncs, config)
+    return any(judged_within_periods(o.resets, config) for o in followed)

@@ -30,10 +30,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from leaky.checks import headline, register
+from leaky.checks import headline, note, register
 from leaky.checks._collapse import collapsed_optimizers
 from leaky.checks._loss import change_bound, curve_of, objectives
-from leaky.checks._optim import group_lrs, lr_cause, lr_origin, lrs_in_force, optimizer_of, stepped_every_batch
+from leaky.checks._optim import (group_lrs, lr_cause, lr_origin, lrs_in_force, optimizer_label, optimizer_of,
+                                 stepped_every_batch)
 from leaky.checks._util import line_of, num, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
@@ -403,3 +404,16 @@ def _headline(finding: Finding, stats: AuditStats):
     if param is None or param.update_ratio_max is None:
         return None
     return num(param.update_ratio_max)
+
+
+@note("LK202")
+def unbanded_optimizers(stats: AuditStats, config: AuditConfig) -> list[str]:
+    """The optimizers whose step is not one gradient step scaled by lr: not judged against the band."""
+    notes = []
+    for optimizer in stats.optimizers:
+        rule = rule_of(optimizer)
+        if not rule.banded:
+            notes.append(f"{optimizer_label(stats, optimizer.index)} takes {rule.update}: one step is not one "
+                         "gradient step scaled by lr, so its updates are not judged against the update-ratio band "
+                         "(LK202).")
+    return notes

@@ -58,3 +58,12 @@ def test_every_declared_headline_reads_a_number_where_its_check_fires(code):
 def test_a_check_with_no_headline_is_one_leaky_fix_shows_no_number_for():
     """The checks that declare none: what `leaky fix` verifies for them is the finding gone."""
     assert set(CHECKS) - set(HEADLINES) and set(HEADLINES) <= set(CHECKS)
+
+
+def test_every_note_is_declared_beside_its_check():
+    """What a check leaves unjudged, and why, is written in the check's own file."""
+    from leaky.checks import NOTES
+
+    assert {"LK202", "LK204"} <= set(NOTES)
+    for code, makes in NOTES.items():
+        assert code in CHECKS and all(make.__module__ == CHECKS[code].run.__module__ for make in makes), code
