@@ -9,6 +9,7 @@ A page writes a threshold as `{{config.FIELD:FORMAT}}` and an op's local derivat
 the op's rule, so a number or a derivative is written once:
 
     **warning** when the share is ≥ {{config.dead_zone_warning:.0%}}   ->  ≥ 25%
+    below {{config.vanishing_warning:.0e}}                            ->  below 1e-3 (not Python's 1e-03)
     # {{op.clamp}}                                                    ->  # d/dx clamp(x, lo, hi) = 1 inside [lo, hi] ...
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from leaky.checks import CHECKS, lookup
 from leaky.config import AuditConfig
 
 _FIELD = re.compile(r"\{\{(config|op)\.(\w+)(?::([^}]*))?\}\}")
+_EXPONENT = re.compile(r"e\+?(-?)0*(\d)")   # Python's e+03, e-03 as the pages write them: e3, e-3
 
 
 def _grouped(pairs) -> list[str]:
@@ -81,7 +83,8 @@ def _filled(text: str, config: AuditConfig) -> str:
     def value(match: re.Match) -> str:
         kind, name, spec = match.groups()
         if kind == "config":
-            return format(getattr(config, name), spec or "")
+            written = format(getattr(config, name), spec or "")
+            return _EXPONENT.sub(r"e\1\2", written) if (spec or "").endswith("e") else written
         rule = ops.rule(name)
         if rule is None:
             raise KeyError(f"no op rule named {name!r}")
