@@ -7,7 +7,10 @@ machinery's and typing_extensions'; every other file is the user's.
 """
 from __future__ import annotations
 
+import functools
 import os
+from types import FrameType
+from typing import Iterator
 
 import torch
 
@@ -30,4 +33,15 @@ def is_internal(filename: str) -> bool:
             or filename.startswith("<frozen") or "/typing_extensions" in filename)
 
 
-__all__ = ["is_internal", "is_leaky_file"]
+_internal = functools.lru_cache(maxsize=None)(is_internal)   # a verdict per file, remembered
+
+
+def user_frames(frame: FrameType | None) -> Iterator[FrameType]:
+    """The user's frames from `frame` outward, innermost first."""
+    while frame is not None:
+        if not _internal(frame.f_code.co_filename):
+            yield frame
+        frame = frame.f_back
+
+
+__all__ = ["is_internal", "is_leaky_file", "user_frames"]

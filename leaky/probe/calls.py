@@ -7,7 +7,6 @@ probes (`replay`, `pairing`, `origins`): global forward hooks that hand each mod
 """
 from __future__ import annotations
 
-import functools
 import sys
 
 import torch
@@ -16,7 +15,7 @@ from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
-from leaky.frames import is_internal
+from leaky.frames import user_frames
 from leaky.record.modules import remove_global_hook
 from leaky.record.sites import SourceLocator
 
@@ -32,18 +31,10 @@ def _is_data(value) -> bool:
     return isinstance(value, torch.Tensor) and not value.requires_grad and not isinstance(value, nn.Parameter)
 
 
-_internal = functools.lru_cache(maxsize=None)(is_internal)
-
-
 def _call_path() -> tuple[tuple[str, int], ...]:
     """The user's lines that led here, innermost first: two calls of one model from two lines
     (acting and training), also through one helper, are two places."""
-    path, frame = [], sys._getframe(1)
-    while frame is not None:
-        if not _internal(frame.f_code.co_filename):
-            path.append((frame.f_code.co_filename, frame.f_lineno))
-        frame = frame.f_back
-    return tuple(path)
+    return tuple((frame.f_code.co_filename, frame.f_lineno) for frame in user_frames(sys._getframe(1)))
 
 
 def _on_backward(tensors, mark) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from leaky.frames import is_internal
+from leaky.frames import user_frames
 
 _WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}
 # NOTE: a list longer than this is data, not a model's layers: not searched for modules
@@ -63,7 +63,7 @@ def script_name(module: nn.Module) -> ScriptName:
     goes on outward (`self.critic` in a method: the variable that holds `self`, `agent`); a
     loop variable goes on outward for a name that stays the module's over the run, and is
     used only when no frame has one."""
-    frames = _user_frames(sys._getframe(1))
+    frames = list(user_frames(sys._getframe(1)))
     module_code = {id(f.f_globals): f.f_code for f in frames if f.f_code.co_name == "<module>"}
     target, suffix, fallback = module, "", None
     for frame in frames:
@@ -85,15 +85,6 @@ def script_name(module: nn.Module) -> ScriptName:
 def _named(found: _Found, path: str, module: nn.Module) -> ScriptName:
     holder = found.value if found.value is not module else None
     return ScriptName(found.name + path, holder, found.name if holder is not None else None, found.kind == "element")
-
-
-def _user_frames(frame) -> list:
-    frames = []
-    while frame is not None:
-        if not is_internal(frame.f_code.co_filename):
-            frames.append(frame)
-        frame = frame.f_back
-    return frames
 
 
 def _name_in_frame(frame, target: nn.Module, module_code) -> _Found | None:
