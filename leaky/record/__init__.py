@@ -27,8 +27,9 @@ The built-in instruments, one file each
   `functions.py` + `gradcheck.py` (custom autograd Functions, checked once), `batch_probe.py`
   (LK306's batch mixing), `compiled.py` (torch.compile), `warning_source.py` (torch's
   warnings point at the user's line), `feedback.py` (square weights a recurrence reuses),
-  `bypass.py` (composites around a saturating op), `leaves.py` (leaves the script builds),
-  `cut_paths.py` (what stands behind a cut), `clipping.py` (a clamp against its own bound).
+  `bypass.py` (composites around a saturating op), `cuts.py` (where the gradient path is
+  cut, and in-place inits), `leaves.py` (leaves the script builds), `cut_paths.py` (what
+  stands behind a cut), `clipping.py` (a clamp against its own bound).
 - `instruments/`: where an instrument is added without editing the recorder, one file each
   (found on import): a context manager plus its part of the RunRecord (docs/design.md, "A
   check that needs new data").

@@ -47,16 +47,16 @@ class OpMode(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         if name == "__get__" and getattr(func, "__self__", None) is _DATA:
-            rec.guarded(rec.note_cut, ops.calls.DATA, args)
+            rec.guarded(rec.cut_records.note_cut, ops.calls.DATA, args)
             return func(*args, **kwargs)
         if name in _PASS:
             return func(*args, **kwargs)
         if name in _CUTS:
-            rec.guarded(rec.note_cut, _CUTS[name], args)
+            rec.guarded(rec.cut_records.note_cut, _CUTS[name], args)
             return func(*args, **kwargs)
         if name in _NN_INIT and torch.is_grad_enabled():
             # nn.init.* enters here (with keyword arguments) before its own no_grad
-            rec.guarded(rec.note_init, args or tuple(kwargs.values()))
+            rec.guarded(rec.cut_records.note_init, args or tuple(kwargs.values()))
         try:
             out = func(*args, **kwargs)
         except Exception as exc:
@@ -65,14 +65,14 @@ class OpMode(TorchFunctionMode):
             raise
         try:
             if name in _LEAF_MAKERS and isinstance(out, Tensor) and out.requires_grad and out.grad_fn is None:
-                rec.note_made_leaf(out)
+                rec.cut_records.note_made_leaf(out)
             if not torch.is_grad_enabled():
-                rec.note_no_grad(name, args)
+                rec.cut_records.note_no_grad(name, args)
                 return out
             outputs = [out] if isinstance(out, Tensor) else tensors_in(out)
             if outputs:
                 if outputs[0].grad_fn is None and not outputs[0].requires_grad:
-                    rec.note_dropped_grad(op_name(func), args)
+                    rec.cut_records.note_dropped_grad(op_name(func), args)
                     rec.provenance.note(args, outputs)
                 else:
                     rec.on_op(op_name(func), args, kwargs, outputs)

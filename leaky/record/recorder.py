@@ -12,7 +12,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
@@ -20,7 +20,7 @@ from leaky.record.collector import FrozenHeap
 from leaky.record.compiled import CompiledCalls
 from leaky.record.guards import outside_graphs
 from leaky.record import instruments
-from leaky.record.cut_paths import graph_behind, producer_sites
+from leaky.record.cuts import CutRecords
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_probe import BatchProbe
@@ -30,12 +30,11 @@ from leaky.record.provenance import Provenance
 from leaky.record.feedback import FeedbackUses
 from leaky.record.functions import CustomFunctions
 from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
-from leaky.record.leaves import MadeLeaf, MadeLeaves
+from leaky.record.leaves import MadeLeaves
 from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
 from leaky.record.objectives import CouplingProbe, MovingWeights
-from leaky.record.call_args import parameters_in
 from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginRecords
 from leaky.record.run_record import RunRecord, snapshot
@@ -43,7 +42,6 @@ from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_det
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
 from leaky.record.params import ParamTable
-from leaky.stats import CutEvent
 
 # NOTE: an op that can only pass values on (ops.keeps_finite: it copies, selects, bounds or
 # normalises them and never makes one larger than the largest input) has its output checked
@@ -116,9 +114,8 @@ class Recorder(StepTracking):
         if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
-        self.cuts: dict[tuple, CutEvent] = {}
-        self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self._leaf_reached)
-        self.init_sites: dict[int, tuple] = {}   # id(param) -> where user code last wrote it in place
+        self.cut_records = CutRecords(self)   # cuts of the gradient path, in-place initialisations
+        self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self.cut_records.leaf_reached)
         self.feedback = FeedbackUses(self._mark)   # square weights a recurrence reuses
         self.bypass = BypassFinder(self._mark)       # sigmoid/tanh whose own input goes around them
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -422,71 +419,6 @@ class Recorder(StepTracking):
         site = self.sites.intern(op, "<raised>", self.modules.current, self.locator.locate(), -1)
         self.probes.loss_failed(op, site, args, kwargs, exc)
 
-    # -- cut paths -------------------------------------------------------------------
-    def note_cut(self, kind: str, args: tuple) -> None:
-        if not args or not isinstance(args[0], Tensor) or not args[0].requires_grad:
-            return
-        if not torch.is_grad_enabled() and kind == ops.calls.DETACH:
-            return
-        self._add_cut(kind, self._producer_modules(args[0]), args[0])
-
-    def note_no_grad(self, op: str, args: tuple) -> None:
-        params = parameters_in(args)
-        if not any(p.requires_grad for p in params):
-            return
-        if op in ops.calls.INIT_WRITES and self.modules.current is None and args and isinstance(args[0], nn.Parameter):
-            self.note_init(args)
-            return
-        self._add_cut(ops.calls.NO_GRAD, (self.modules.current,))
-
-    def note_init(self, args: tuple) -> None:
-        """An in-place write to a parameter outside any forward: its initialisation."""
-        if args and isinstance(args[0], nn.Parameter) and self.modules.current is None:
-            self.init_sites[id(args[0])] = self.locator.locate()
-
-    def note_dropped_grad(self, op: str, args: tuple) -> None:
-        """An op gave a tensor without gradient from inputs that had one (a comparison, an
-        argmax, a cast to an integer dtype): the path to the loss is cut there."""
-        inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
-        if inputs:
-            self._add_cut(f"{ops.calls.NONDIFF}:{op}", self._producer_modules(inputs[0]), inputs[0])
-
-    def note_leaf_loss(self, tensor: Tensor) -> None:
-        """backward() on a tensor that is a leaf: nothing before it can get a gradient
-        (typically `loss.requires_grad = True` after the graph was cut)."""
-        self._add_cut(ops.calls.LEAF, ())
-
-    def note_made_leaf(self, tensor: Tensor) -> None:
-        """The script built a new leaf that requires grad (torch.tensor(..., requires_grad=True),
-        .requires_grad_()); the modules behind the cuts on the same line are what it rebuilds."""
-        if isinstance(tensor, nn.Parameter) or not tensor.is_leaf:
-            return
-        where = self.locator.locate()
-        if where is None:
-            return
-        producers = tuple(dict.fromkeys(p for c in self.cuts.values() if c.where is not None
-                                        and c.where[:2] == where[:2] for p in c.producer))
-        self.leaves.note(tensor, where, self.modules.current, self.step, producers)
-
-    def _leaf_reached(self, leaf: MadeLeaf) -> None:
-        kind = f"{ops.calls.REBUILT}:{'prediction' if leaf.prediction else 'inputs'}"
-        key = (kind, leaf.producers, leaf.where, leaf.module)
-        self.cuts.setdefault(key, CutEvent(kind, leaf.producers, leaf.module, leaf.where, leaf.step))
-
-    def _producer_modules(self, tensor: Tensor) -> tuple[int | str | None, ...]:
-        """The modules whose ops produced this tensor, nearest first, through its ancestry."""
-        if isinstance(tensor, nn.Parameter):
-            return (self.modules.producer_of(self.params.module_of(tensor), tensor),)
-        sites = producer_sites(tensor, self._site_of)
-        return tuple(dict.fromkeys(self.sites.sites[site].module_key for site in sites))
-
-    def _site_of(self, node) -> int | None:
+    def site_of(self, node) -> int | None:
+        """The site an autograd node was recorded at (None: not one of this run's)."""
         return node.metadata.get(self._mark)
-
-    def _add_cut(self, kind: str, producers: tuple, tensor: Tensor | None = None) -> None:
-        where = self.locator.locate()
-        key = (kind, producers, where, self.modules.current)
-        if key not in self.cuts:
-            behind = (None, None, None) if tensor is None else graph_behind(
-                tensor, self._site_of, lambda p: self.modules.producer_of(self.params.module_of(p), p))
-            self.cuts[key] = CutEvent(kind, producers, self.modules.current, where, self.step, *behind)

@@ -25,17 +25,14 @@ class CallSink(Guarded, Protocol):
 
 
 class OpHost(CallSink, Protocol):
-    """What OpMode tells the recorder besides each op: cuts, inits, failures, made leaves."""
+    """What OpMode tells the recorder besides each op: a loss call that failed, an internal
+    failure; cuts, inits and made leaves go to its CutRecords."""
 
     provenance: Any                 # Provenance
+    cut_records: Any                # CutRecords: cuts, leaves made, in-place inits
 
     def fail(self, exc: BaseException) -> None: ...
-    def note_cut(self, *args: Any) -> None: ...
-    def note_init(self, *args: Any) -> None: ...
     def note_loss_failure(self, *args: Any) -> None: ...
-    def note_dropped_grad(self, *args: Any) -> None: ...
-    def note_made_leaf(self, out: Any) -> None: ...
-    def note_no_grad(self, *args: Any) -> None: ...
 
 
 class FunctionHost(CallSink, Protocol):
@@ -72,8 +69,7 @@ class Observed(Protocol):
     coupling: Any
     optimizers: Any
     units: Any
-    cuts: Any
-    init_sites: Any
+    cut_records: Any
     feedback: Any
     batch: Any
     bypass: Any

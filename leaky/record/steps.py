@@ -51,7 +51,7 @@ class StepTracking:
 
     def _note_backward(self, tensor) -> None:
         if isinstance(tensor, Tensor) and tensor.requires_grad and tensor.grad_fn is None and self.observing:
-            self.note_leaf_loss(tensor)
+            self.cut_records.note_leaf_loss(tensor)
         if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
             loss = self._unscaled(tensor)
             self.monitor.note_loss(loss)
