@@ -103,7 +103,7 @@ class StepFolder:
         return self.steps if self.first_bad_step is None else self.first_bad_step
 
     def add_series(self, rows) -> None:
-        self.series.extend(SeriesRow(*row) for row in rows)
+        self.series.extend(rows)   # SeriesRow each (record/monitor.py)
 
     def add_step(self, step: int, host: HostStep) -> None:
         self.steps += 1
@@ -135,7 +135,7 @@ class StepFolder:
     def _per_site(self, host: HostStep) -> dict[int, SiteStep]:
         """Combine this step's hook calls per site: squared norms, counts, the profile.
 
-        NOTE: numpy over all records at once (a Python loop over them was ~5 µs a record): each
+        NOTE: numpy over all records at once (a Python loop costs per record: docs/performance.md): each
         sum runs through a site's records in their order (np.bincount adds in index order), as
         a loop would, so the sums are the same to the last bit."""
         table = host.table()

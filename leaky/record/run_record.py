@@ -18,7 +18,7 @@ sees the Recorder. Everything derive needs that is not a per-step sum is here, b
   made standalone, as tests/unit/derive/test_build_stats.py does.
 - `parts`: what each instrument added in record/instruments/ gives (its `part()`), by name.
 - `loss_scaler`: a function, not a value: finding a live GradScaler scans the whole heap
-  (~150 ms), so derive calls it only when some gradient was half precision.
+  (docs/performance.md), so derive calls it only when some gradient was half precision.
 """
 from __future__ import annotations
 
