@@ -5,7 +5,7 @@
 
 See `session` for the protocol, `remedies` for which fix answers which finding (one file
 per check, named like it), `runtime` for how a fix is applied without editing files, and
-`verdict` for the noise.
+`leaky.rerun` for the runs and the noise.
 """
 from leaky.fix.session import FixConfig, FixResult, Outcome, try_fixes
 

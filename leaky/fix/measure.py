@@ -27,6 +27,7 @@ from leaky.finding import Finding
 from leaky.fix import runtime as rt
 from leaky.fix.remedies import Context
 from leaky.fix.remedies.dead_zone import straight_through_ops
+from leaky.rerun.trial import Changes
 
 LOSS_ROLE = "loss_path"     # LK106's evidence["role"] for an op with no layer between it and the loss
 DEAD_ZONE = "LK106"
@@ -46,8 +47,8 @@ class Measure:
         """The score is not the program's own loss: a flat op is passed through."""
         return bool(self.parts)
 
-    def build(self) -> rt.Fix:
-        return rt.Fix(*(make() for make in self.parts))
+    def build(self) -> Changes:
+        return Changes(*(make() for make in self.parts))
 
     def to_dict(self) -> dict:
         return {"label": self.label, "how": self.how, "flat_ops": list(self.flat),

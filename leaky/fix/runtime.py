@@ -1,6 +1,7 @@
 """Run-time fixes: change one thing in a running program without editing its files.
 
-Each fix is a context manager made of a few primitives, all removed on exit:
+Each fix is the `Changes` of one re-run (`leaky/rerun/trial.py`) made of a few primitives,
+each a context manager removed on exit:
 
 - `ModuleEdit`: find a module by the dotted path leaky reported (resolved when its root
   model first runs forward, before any of its layers) and change it: swap its forward,
@@ -29,46 +30,6 @@ from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
 
 Undo = Callable[[], None]
-
-
-class Together:
-    """Context managers entered in order and exited in reverse, also when one fails."""
-
-    def __init__(self, parts) -> None:
-        self.parts = list(parts)
-        self._stack: ExitStack | None = None
-
-    def __enter__(self) -> "Together":
-        self._stack = ExitStack()
-        try:
-            for part in self.parts:
-                self._stack.enter_context(part)
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._stack is not None:
-            self._stack.close()
-            self._stack = None
-
-
-class Fix(Together):
-    """The primitives of one fix. Entered before the audit, except the parts marked `outer`
-    (they must wrap the audit's own patches): `outer()` enters those after it."""
-
-    def __init__(self, *parts) -> None:
-        super().__init__(part for part in parts if not getattr(part, "outer", False))
-        self.all_parts = parts
-
-    def outer(self) -> Together:
-        return Together(part for part in self.all_parts if getattr(part, "outer", False))
-
-    @property
-    def applied(self) -> list[str]:
-        """What each part changed, one line each (empty: the target was never met)."""
-        return [line for part in self.all_parts for line in getattr(part, "applied", [])]
 
 
 # -- modules ---------------------------------------------------------------------------

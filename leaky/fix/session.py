@@ -27,11 +27,11 @@ from typing import Callable
 
 from leaky.finding import Finding
 from leaky.fix import measure as measures
-from leaky.fix import metrics, verdict
+from leaky.fix import metrics
 from leaky.fix.change import Change
 from leaky.fix.remedies import Candidate, Context, propose, without_remedy
-from leaky.fix.runtime import Fix
-from leaky.fix.trial import Trial, run_trial
+from leaky.rerun import verdict
+from leaky.rerun.trial import Changes, Trial, run_trial, same_losses
 
 SCHEMA = "leaky/fix-v1"
 
@@ -86,8 +86,7 @@ class FixResult:
             "held_out": base.held_out,
             "reproducible": self.reproducible,
             "difference": self.difference,
-            "noise": None if self.noise is None else {"scores": list(self.noise.scores), "margin": self.noise.margin,
-                                                      "how": NOISE_HOW},
+            "noise": None if self.noise is None else self.noise.to_dict(),
             "measure": self.measure.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "fixes": [_outcome_dict(o) for o in self.outcomes],
@@ -95,10 +94,6 @@ class FixResult:
                             for f in self.unfixable],
             "seconds": self.seconds,
         }
-
-
-NOISE_HOW = ("the unfixed program re-run with every seed it sets (torch.manual_seed, random.seed, "
-             "numpy.random.seed) shifted by +1, +2, ...; margin = max(spread of the scores, 1% of the score)")
 
 
 def _trial_dict(trial: Trial) -> dict:
@@ -168,13 +163,13 @@ def try_fixes(program: Callable[[], None], config: FixConfig = FixConfig(), name
     again = trial(holdout_fix=held)
     # NOTE: scored another way, run 2's held-out losses differ from run 1's by design; its
     # K training steps are still compared bit for bit.
-    result.reproducible, result.difference = _same(base, again, held_out=held is None)
+    result.reproducible, result.difference = same_losses(base, again, held_out=held is None)
     result.reference = again if held else base
     scores = [result.reference.score]
     for offset in range(1, config.repeats + 1):
         say(f"unfixed run with seeds shifted by {offset} (noise)")
         scores.append(trial(offset=offset, holdout_fix=held).score)
-    result.noise = verdict.noise([s if s is not None else float("inf") for s in scores])
+    result.noise = verdict.noise(scores)
     for index, candidate in enumerate(candidates, 1):
         say(f"fix {index}/{len(candidates)}: {candidate.title}")
         result.outcomes.append(_try(candidate, base, result, trial, say))
@@ -194,7 +189,7 @@ def _try(candidate: Candidate, base: Trial, result: FixResult, trial, say) -> Ou
             scores.append(trial(label="unfixed, scored the fixed way", holdout_fix=_both(candidate.build, held),
                                 offset=offset).score)
         unfixed_score = scores[0]
-        margin = verdict.noise([s if s is not None else float("inf") for s in scores]).margin
+        margin = verdict.noise(scores).margin
     if not result.reproducible:
         decided = verdict.NOT_JUDGED
     elif not fixed.applied or (fixed.status == "failed" and base.status != "failed"):
@@ -213,7 +208,7 @@ def _try(candidate: Candidate, base: Trial, result: FixResult, trial, say) -> Ou
 
 def _both(first: Callable, second: Callable | None) -> Callable:
     """Both held-out changes at once (a fix that changes the loss, and the measure)."""
-    return first if second is None else (lambda: Fix(first(), second()))
+    return first if second is None else (lambda: Changes(first(), second()))
 
 
 def _place(finding: Finding) -> str:
@@ -223,15 +218,3 @@ def _place(finding: Finding) -> str:
     if finding.source is not None:
         return f"{os.path.basename(finding.source.file)}:{finding.source.line}"
     return finding.op or "model"
-
-
-def _same(a: Trial, b: Trial, held_out: bool = True) -> tuple[bool, str | None]:
-    """Whether two runs from the same seeds gave the same losses, bit for bit (`held_out`:
-    the held-out ones too)."""
-    for step, (x, y) in enumerate(zip(a.losses + (a.holdout if held_out else []),
-                                      b.losses + (b.holdout if held_out else []))):
-        if x != y and not (x != x and y != y):
-            return False, f"step {step}: loss {x!r} in one run, {y!r} in the other"
-    if len(a.losses) != len(b.losses) or len(a.holdout) != len(b.holdout):
-        return False, f"one run made {a.steps} steps, the other {b.steps}"
-    return True, None

@@ -3,8 +3,8 @@
     from leaky.probe import run_probes, ProbeConfig
     result = run_probes(lambda: train(), ProbeConfig(steps=200))
 
-Each probe is a short re-run of the program from the same start, with `leaky fix`'s
-runtime. See `session` for the protocol, `replay` for how the batch is replayed or
+Each probe is a short re-run of the program from the same start (`leaky.rerun`, as
+`leaky fix`'s are). See `session` for the protocol, `replay` for how the batch is replayed or
 zeroed without editing files, and `leaky/checks/cannot_overfit.py`,
 `leaky/checks/input_ignored.py` for the verdicts and their math.
 """

@@ -2,8 +2,8 @@
 
     result = run_probes(program, ProbeConfig(steps=200))
 
-The runs, all with `leaky fix`'s runtime (`leaky/fix/trial.py`: the same seeds, the same
-initial state, the user's files untouched, K training steps then H held-out steps):
+The runs, all re-runs as `leaky fix` makes them (`leaky/rerun/trial.py`: the same seeds, the
+same initial state, the user's files untouched, K training steps then H held-out steps):
 
 1. the program as it is, K + H steps: the real inputs' score (LK309), where the first
    model call loses its input's information, if it does (`replay.InputTrace`), and which
@@ -32,15 +32,13 @@ from typing import Callable
 
 from leaky.checks import CHECKS, cannot_overfit, input_ignored
 from leaky.finding import Finding
-from leaky.fix import verdict
-from leaky.fix.runtime import Fix
-from leaky.fix.session import NOISE_HOW, _same
-from leaky.fix.trial import Trial, run_trial
 from leaky.probe.config import ProbeConfig
 from leaky.probe.origins import TargetOrigins
 from leaky.probe.pairing import RowTrace
 from leaky.probe.replay import FirstBatchReplay, InputTrace, ZeroInputs
 from leaky.probe.stats import AuditNote, ZeroedInputStats, OverfitStats
+from leaky.rerun import verdict
+from leaky.rerun.trial import Changes, Trial, run_trial, same_losses
 
 SCHEMA = "leaky/probe-v1"
 PASS, FAIL, NOT_RUN = "pass", "fail", "could not run"
@@ -91,8 +89,7 @@ class ProbeResult:
                        "overfit_fraction": c.overfit_fraction},
             "reproducible": self.reproducible,
             "difference": self.difference,
-            "noise": None if self.noise is None else {"scores": list(self.noise.scores), "margin": self.noise.margin,
-                                                      "how": NOISE_HOW},
+            "noise": None if self.noise is None else self.noise.to_dict(),
             "probes": [p.to_dict() for p in self.probes],
             "findings": [f.to_dict() for f in self.findings],
             "audit": [a.to_dict() for a in self.audit],
@@ -127,7 +124,7 @@ def run_probes(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
 
     def trial(part=None, offset=0, label=None, holdout=config.holdout, audit_steps=config.audit_steps) -> Trial:
         parts = part if isinstance(part, tuple) else (part,)
-        make = (lambda: Fix(*parts)) if part is not None else None
+        make = (lambda: Changes(*parts)) if part is not None else None
         run = run_trial(program, make, offset, config.steps, holdout, audit_steps, label, None, on_step)
         result.runs.append(run)
         return run
@@ -141,7 +138,7 @@ def run_probes(program: Callable[[], None], config: ProbeConfig = ProbeConfig(),
     if blocked is None:
         say("the same run again, to check it can be re-run from the same state")
         again = trial(InputTrace())
-        result.reproducible, result.difference = _same(base, again)
+        result.reproducible, result.difference = same_losses(base, again)
         if not result.reproducible:
             blocked = (f"the program cannot be re-run from the same state: two runs with the same seeds differed "
                        f"({result.difference}); it may read live data, the clock or an unseeded source")
@@ -161,7 +158,7 @@ def probe_overfit(program: Callable[[], None], config: ProbeConfig = ProbeConfig
     """LK308 alone: the one run on the first batch (no reproducibility check: the caller's;
     `audit`: the findings of the program as it is, the caller's too)."""
     def trial(part=None, offset=0, label=None, holdout=config.holdout, audit_steps=config.audit_steps) -> Trial:
-        return run_trial(program, lambda: Fix(part), offset, config.steps, holdout, audit_steps, label)
+        return run_trial(program, lambda: Changes(part), offset, config.steps, holdout, audit_steps, label)
     return _overfit(trial, config, audit)
 
 
@@ -287,7 +284,7 @@ def _input(trial, base: Trial, traces: tuple[InputTrace, RowTrace, TargetOrigins
     for offset in range(1, config.repeats + 1):
         say(f"real inputs with seeds shifted by {offset} (noise)")
         scores.append(trial(offset=offset, label=f"real inputs, seeds +{offset}").score)
-    result.noise = verdict.noise([s if s is not None else math.inf for s in scores])
+    result.noise = verdict.noise(scores)
     say("input-ignored: every model input replaced by zeros")
     zeros = ZeroInputs()
     run = trial(zeros, label="inputs replaced by zeros")

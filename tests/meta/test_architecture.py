@@ -76,10 +76,15 @@ def _under(name: str, package: str) -> bool:
 
 FORBIDDEN = {
     "leaky.record": ("leaky.derive", "leaky.checks", "leaky.report", "leaky.fix", "leaky.watch", "leaky.audit",
-                     "leaky.cli", "leaky.notes"),
+                     "leaky.cli", "leaky.notes", "leaky.rerun", "leaky.probe"),
     "leaky.checks": ("leaky.record", "leaky.derive", "leaky.report"),
     "leaky.report": ("leaky.record", "leaky.derive"),
-    "leaky.ops": ("leaky.record", "leaky.derive", "leaky.checks", "leaky.report", "leaky.fix"),
+    "leaky.ops": ("leaky.record", "leaky.derive", "leaky.checks", "leaky.report", "leaky.fix", "leaky.rerun"),
+    # the re-runs (leaky/rerun/) come after the audit; `leaky fix` and `leaky probe` both use
+    # them, and neither uses the other
+    "leaky.rerun": ("leaky.fix", "leaky.probe", "leaky.cli", "leaky.watch"),
+    "leaky.fix": ("leaky.probe",),
+    "leaky.probe": ("leaky.fix",),
 }
 
 
@@ -94,6 +99,41 @@ def test_reports_use_no_check_internals():
     wrong = sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if _under(name, "leaky.report")
                    for target in targets if _under(target, "leaky.checks") and target.rpartition(".")[2].startswith("_"))
     assert wrong == []
+
+
+def _private_imports(package: str) -> list[str]:
+    """`from X import _name` (or from a module named `_x`) in `package`'s files, X in another
+    top-level package of leaky."""
+    found = []
+    for name, path in FILES.items():
+        if not _under(name, package):
+            continue
+        own = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                base = ".".join(own.split(".")[:len(own.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                if _under(target, "leaky") and not _under(target, package) and \
+                        any(part.startswith("_") and not part.startswith("__") for part in target.split(".")):
+                    found.append(f"{name} imports {target}")
+    return sorted(found)
+
+
+@pytest.mark.parametrize("package", ["leaky.probe", "leaky.rerun"])
+def test_the_rerun_users_import_nothing_private_from_another_package(package):
+    """What `leaky probe` shares with `leaky fix` is public in leaky/rerun/ (issue 31: probe
+    imported fix's `_same`)."""
+    assert _private_imports(package) == []
+
+
+def test_the_private_import_scan_sees_one():
+    # fix/remedies reads checks' helper modules: the scan that guards probe/ would catch it
+    assert "leaky.fix.remedies.vanishing_gradient imports leaky.checks._depth.depth_profile" in \
+        _private_imports("leaky.fix")
 
 
 def _cycle(graph: dict[str, set[str]] = GRAPH) -> list[str] | None:

@@ -27,6 +27,7 @@ from leaky.finding import Finding
 from leaky.fix import change as edits
 from leaky.fix import runtime as rt
 from leaky.fix.change import Change
+from leaky.rerun.trial import Changes
 from leaky.stats import AuditStats
 from leaky.story import told_under
 
@@ -68,8 +69,8 @@ class Candidate:
     def title(self) -> str:
         return f"{self.what} at {', '.join(self.places)}" if self.places else self.what
 
-    def build(self) -> rt.Fix:
-        return rt.Fix(*(make() for make in self.parts))
+    def build(self) -> Changes:
+        return Changes(*(make() for make in self.parts))
 
     def change(self) -> Change | None:
         """One diff when every part has one at a known line, else snippets."""

@@ -16,7 +16,7 @@ from leaky.cli import main
 from leaky.fix import FixConfig, try_fixes
 from leaky.fix import change as edits
 from leaky.fix import runtime as rt
-from leaky.fix import verdict
+from leaky.rerun import verdict
 from leaky.zoo import get
 
 CONFIG = FixConfig(steps=200, holdout=20, repeats=2)

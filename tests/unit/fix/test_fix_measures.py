@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from leaky.cli import main
-from leaky.fix import FixConfig, try_fixes, verdict
+from leaky.fix import FixConfig, try_fixes
+from leaky.rerun import verdict
 from leaky.fix.remedies.vanishing_gradient import targets
 from leaky.script import script_program
 from leaky.zoo import get
@@ -100,7 +101,7 @@ def test_the_held_out_steps_keep_a_synced_target_network_at_step_k():
     step K the copy is undone with the optimizer's step, so every held-out loss is the
     step-K model's against the step-K target (here the same batch: the same loss). Without
     it, the sync at held-out step 2 makes the target equal the network, and the loss 1."""
-    from leaky.fix.trial import run_trial
+    from leaky.rerun.trial import run_trial
 
     def program():
         torch.manual_seed(0)

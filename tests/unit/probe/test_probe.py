@@ -18,10 +18,9 @@ from torch import nn
 
 from leaky import ops
 from leaky.cli import main
-from leaky.fix.trial import run_trial
-from leaky.fix.runtime import Fix
 from leaky.probe import ProbeConfig, run_probes
 from leaky.probe.replay import FirstBatchReplay, InputTrace, ZeroInputs
+from leaky.rerun.trial import Changes, run_trial
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -289,7 +288,7 @@ def test_first_batch_replay_gives_every_step_the_first_batch():
     """Replayed, step t's loss is the loss of the current weights on batch 1 (the reference:
     the same weights, batch 1 computed by hand)."""
     seen, replay = [], FirstBatchReplay()
-    trial = run_trial(_program(seen), lambda: Fix(replay), 0, 6, 0, 1)
+    trial = run_trial(_program(seen), lambda: Changes(replay), 0, 6, 0, 1)
     gen = torch.Generator().manual_seed(1)
     x1, y1 = torch.randn(4, 3, generator=gen), torch.randn(4, 1, generator=gen)
     assert replay.recorded == 2 and not replay.unmatched and replay.replayed == 2 * 5
@@ -310,10 +309,10 @@ def test_observing_the_input_changes_nothing_and_zeroing_changes_only_the_input(
     plain, traced = [], []
     a = run_trial(_program(plain), None, 0, 6, 0, 1)
     trace = InputTrace()
-    b = run_trial(_program(traced), lambda: Fix(trace), 0, 6, 0, 1)
+    b = run_trial(_program(traced), lambda: Changes(trace), 0, 6, 0, 1)
     assert a.losses == b.losses and trace.reached is True and trace.lost is None
     zeros, zeroed = ZeroInputs(), []
-    run_trial(_program(zeroed), lambda: Fix(zeros), 0, 6, 0, 1)
+    run_trial(_program(zeroed), lambda: Changes(zeros), 0, 6, 0, 1)
     assert zeros.zeroed == 6 and torch.equal(zeroed[0][0], plain[0][0])    # the same initial weights
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1))

@@ -32,6 +32,7 @@ from leaky.fix import metrics
 from leaky.fix import runtime as rt
 from leaky.fix.remedies import Context, propose
 from leaky.report.terminal import render_text, summary_line
+from leaky.rerun.trial import Changes
 from leaky.script import script_program
 from leaky.zoo import get
 from tests.unit.story.test_one_story import DEEP_SIGMOID
@@ -128,7 +129,7 @@ def _clamped_bce(fix=None, steps: int = 20):
         model.weight.mul_(0.7)
         model.bias.fill_(0.5)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    with (fix or rt.Fix()), leaky.audit(steps=steps) as audit:
+    with (fix or Changes()), leaky.audit(steps=steps) as audit:
         for step in range(steps):
             rows = slice(64 * (step % 16), 64 * (step % 16 + 1))
             loss = F.binary_cross_entropy(torch.clamp(model(x[rows]), 0, 1), y[rows])  # CLAMP
@@ -147,7 +148,7 @@ def test_a_clamp_judged_by_gradient_mass_shows_the_mass_before_and_after():
     label, before = metrics.measure(finding, unfixed.stats, list(unfixed.report.findings))
     assert (label, before) == ("gradient mass zeroed", "100%")
     line = _line(Path(__file__), "# CLAMP")
-    through = rt.Fix(rt.OpAtLine(__file__, line, {"clamp"}, rt.straight_through, "straight-through"))
+    through = Changes(rt.OpAtLine(__file__, line, {"clamp"}, rt.straight_through, "straight-through"))
     fixed = _clamped_bce(through)
     assert metrics.measure(finding, fixed.stats, list(fixed.report.findings)) == ("gradient mass zeroed", "0%")
 

@@ -1,17 +1,20 @@
-"""One counterfactual run: the program from its start, K training steps, then H held-out steps.
+"""One re-run: the program from its start, K training steps, then H held-out steps.
 
-A trial runs the user's program (a script or a callable) with
+`leaky fix` and `leaky probe` both run the user's program (a script or a callable) as trials,
+each with
 
 - its seeds shifted by `offset` (0: exactly the user's run): every `torch.manual_seed`,
   `random.seed` and `numpy.random.seed` call adds the offset, and the global generators
   start from the offset when the program seeds nothing;
-- optionally one run-time `Fix` (see `runtime`);
+- optionally the `Changes` one run is made under (a fix's parts, a probe's replays);
 - an audit of its first steps, for the leak metrics;
 - a `StepControl` that counts optimizer steps, keeps the loss of each, and after K steps
   freezes the parameters (every later step is undone, and with `freeze_modules` every
   write into a module outside the optimizer too: `frozen`) for H more steps: their losses
   are the model's loss at step K on the next H batches of the program's own stream, which
   it has not trained on. Then the program is stopped.
+
+`same_losses` says whether two trials from the same seeds were the same run, bit for bit.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import io
 import random
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,13 +34,54 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from leaky.audit import Audit
 from leaky.config import AuditConfig
 from leaky.failure import ScriptFailure, failure_of
-from leaky.fix.frozen import FrozenModules
+from leaky.rerun.frozen import FrozenModules
 from leaky.patch import Patch
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
 from leaky.record.recorder import StopObserving
 from leaky.report import Report
 from leaky.stats import AuditStats
+
+
+class Together:
+    """Context managers entered in order and exited in reverse, also when one fails."""
+
+    def __init__(self, parts) -> None:
+        self.parts = list(parts)
+        self._stack: ExitStack | None = None
+
+    def __enter__(self) -> "Together":
+        self._stack = ExitStack()
+        try:
+            for part in self.parts:
+                self._stack.enter_context(part)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+
+class Changes(Together):
+    """The parts one run is changed by (a fix's, a probe's). Entered before the audit, except
+    the parts marked `outer` (they must wrap the audit's own patches): `outer()` enters those
+    after it."""
+
+    def __init__(self, *parts) -> None:
+        super().__init__(part for part in parts if not getattr(part, "outer", False))
+        self.all_parts = parts
+
+    def outer(self) -> Together:
+        return Together(part for part in self.all_parts if getattr(part, "outer", False))
+
+    @property
+    def applied(self) -> list[str]:
+        """What each part changed, one line each (empty: the target was never met)."""
+        return [line for part in self.all_parts for line in getattr(part, "applied", [])]
 
 
 @dataclass
@@ -224,13 +269,13 @@ class SeedOffset:
         self._patches.close()
 
 
-def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: int, steps: int,
+def run_trial(program: Callable[[], None], make_changes: Callable[[], Changes] | None, offset: int, steps: int,
               holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None,
               on_step: Callable[[int, int], None] | None = None, freeze_modules: bool = False) -> Trial:
-    """Run `program` once under a seed offset, an optional fix, an audit and the step control.
+    """Run `program` once under a seed offset, optional `Changes`, an audit and the step control.
     `freeze_modules`: after step K, what the program writes into its modules outside the
     optimizer (a target network's sync) is undone too (`FrozenModules`)."""
-    fix = make_fix() if make_fix is not None else None
+    fix = make_changes() if make_changes is not None else None
     audit = Audit(config=AuditConfig(steps=min(audit_steps, steps)))
     seen = (lambda: [info.module for info in audit.recorder.modules.infos]) if freeze_modules else None
     control = StepControl(steps, holdout, holdout_fix, on_step, seen)
@@ -256,3 +301,15 @@ def run_trial(program: Callable[[], None], make_fix: Callable | None, offset: in
                  fix.applied if fix else [], audit.report, audit.stats, tail, control.backward_site,
                  control.module_sites, audit.recorder.modules, failure,
                  list(getattr(control.holdout_fix, "applied", None) or []), list(control.lrs))
+
+
+def same_losses(a: Trial, b: Trial, held_out: bool = True) -> tuple[bool, str | None]:
+    """Whether two runs from the same seeds gave the same losses, bit for bit (`held_out`:
+    the held-out ones too), and where they differed if not."""
+    for step, (x, y) in enumerate(zip(a.losses + (a.holdout if held_out else []),
+                                      b.losses + (b.holdout if held_out else []))):
+        if x != y and not (x != x and y != y):
+            return False, f"step {step}: loss {x!r} in one run, {y!r} in the other"
+    if len(a.losses) != len(b.losses) or len(a.holdout) != len(b.holdout):
+        return False, f"one run made {a.steps} steps, the other {b.steps}"
+    return True, None

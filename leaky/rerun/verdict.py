@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 HELPS, NO_EFFECT, HURTS, NOT_JUDGED = "helps", "no effect", "hurts", "not judged"
 RELATIVE_FLOOR = 0.01   # differences under 1% of the loss are never called an effect
+NOISE_HOW = ("the unfixed program re-run with every seed it sets (torch.manual_seed, random.seed, "
+             "numpy.random.seed) shifted by +1, +2, ...; margin = max(spread of the scores, 1% of the score)")
 
 
 @dataclass(frozen=True)
@@ -26,13 +28,18 @@ class Noise:
         """Unfixed runs whose score is not finite (they are worse than any finite run)."""
         return sum(1 for s in self.scores if not math.isfinite(s))
 
+    def to_dict(self) -> dict:
+        return {"scores": list(self.scores), "margin": self.margin, "how": NOISE_HOW}
 
-def noise(scores: list[float], floor: float = RELATIVE_FLOOR) -> Noise:
-    """The margin: the spread of the finite unfixed scores, at least `floor` of the first.
+
+def noise(scores: list[float | None], floor: float = RELATIVE_FLOOR) -> Noise:
+    """The margin: the spread of the finite unfixed scores, at least `floor` of the first
+    (a run with no score, no step made, counts as diverged: inf).
 
     NOTE: an unfixed run that diverges (NaN/Inf) only says the program is unstable; it is
     worse than any finite run, so it is left out of the spread instead of making it infinite.
     """
+    scores = [s if s is not None else math.inf for s in scores]
     finite = [s for s in scores if math.isfinite(s)]
     spread = max(finite) - min(finite) if finite else 0.0
     base = abs(scores[0]) if scores and math.isfinite(scores[0]) else 0.0
