@@ -46,7 +46,7 @@ ENTRY_POINTS = [
     ("leaky.record.recorder", "Recorder", "_update_units"),
     ("leaky.record.sites", "SourceLocator", "locate"),
     ("leaky.record.sites", "SiteTable", "find"),
-    ("leaky.record.forward", "ForwardProbes", "observe"),
+    ("leaky.record.forward", "ForwardTaps", "observe"),
     ("leaky.record.feedback", "FeedbackUses", "note_matmul"),
     ("leaky.record.gradients", "GradientRecorder", "watch"),
     ("leaky.record.gradients", "GradientRecorder", "_record"),
@@ -54,8 +54,8 @@ ENTRY_POINTS = [
     ("leaky.record.gradients", "GradientRecorder", "_note_fresh"),
     ("leaky.record.gradients", None, "_count_nonzero"),
     ("leaky.record.activations", None, "positive_counts"),
-    ("leaky.record.monitor", "UpdateProbe", "before_step"),
-    ("leaky.record.monitor", "UpdateProbe", "after_step"),
+    ("leaky.record.monitor", "UpdateMeter", "before_step"),
+    ("leaky.record.monitor", "UpdateMeter", "after_step"),
     ("leaky.record.steps", "StepTracking", "_note_backward"),   # holds count_held: the kept ReLU outputs' fire counts
     ("leaky.record.steps", "StepTracking", "_flush"),
     ("leaky.record.activations", "UnitStats", "fold_outputs"),   # a sigmoid's or tanh's kept outputs: histogram, flat counts

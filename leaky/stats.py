@@ -310,7 +310,7 @@ ROUTER = "mixture-of-experts-routing"
 
 @dataclass(frozen=True)
 class BatchMixingStats:
-    """LK306's probe of one root model (record/batch_probe.py): does its output for one
+    """LK306's probe of one root model (record/batch_mixing.py): does its output for one
     sample depend on other samples of the batch?"""
 
     model: str                    # the root model's name

@@ -1,7 +1,7 @@
 """LK306 batch-mixing: the model's output for one sample depends on other samples.
 
 A model is a function of one sample, applied to a batch for speed: y_i = f(x_i). Then
-∂y_i/∂x_j = 0 for every j ≠ i, exactly. The probe (record/batch_probe.py) reads that
+∂y_i/∂x_j = 0 for every j ≠ i, exactly. The probe (record/batch_mixing.py) reads that
 Jacobian row by backprop, once: the gradient of one output row with respect to the whole
 input batch. Nonzero rows j ≠ i mean the batch leaks into each prediction: a `view`
 that scattered samples over the time steps of a time-major RNN, a softmax or a norm over

@@ -83,7 +83,7 @@ class StepFolder:
         self.updates: dict[int, deque] = defaultdict(lambda: deque(maxlen=UPDATE_LIMIT))
         self.zero_weight_step: dict[int, int] = {}   # param -> last step it was exactly 0
         # float16/bfloat16 param -> [elements with a nonzero gradient, of them left unchanged by
-        # the step], summed over sampled steps (record/monitor.py UpdateProbe)
+        # the step], summed over sampled steps (record/monitor.py UpdateMeter)
         self.rounded: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
         # per optimizer (index): sampled steps checked, and those whose backward calls all
         # started from the previous step's gradients

@@ -2,7 +2,7 @@
 
 Called once at the end of an audit, and at each check pass of a watch. It reads what
 record/ kept, as one frozen RunRecord (record/run_record.py: sites, modules, units,
-probes, cuts, origins), and what derive/accumulate.py summed, and computes each statistic
+forward taps, cuts, origins), and what derive/accumulate.py summed, and computes each statistic
 the checks read: per-op means, per-unit dead and flat shares, per-parameter update ratios,
 the spectral radius of each recurrence, the per-module table.
 """
@@ -65,7 +65,7 @@ class Assembly:
                          None if c.reaches is None else label(c.reaches), c.order, c.site)
                      for c in run.cuts)
         types = {name(info.key) or "": info.type_name for info in self.modules.infos}
-        losses_seen, inputs, weights = self._probe_stats(run.probes, run.init_sites)
+        losses_seen, inputs, weights = self._tap_stats(run.taps, run.init_sites)
         series = tuple(sorted(builder.series, key=lambda row: row.step))
         scaler = run.loss_scaler() if any(op.underflow_share is not None for op in ops) else None
         return AuditStats(
@@ -233,7 +233,7 @@ class Assembly:
             result[index] = sorted(n for n in names if n)
         return result
 
-    # -- probes and custom Functions -------------------------------------------------------
+    # -- forward taps and custom Functions -------------------------------------------------------
     def _function_stats(self, checks: dict):
         for check in checks.values():
             wrong = tuple({"input": v.index, "relative_error": v.relative_error, "analytic": v.analytic,
@@ -242,9 +242,9 @@ class Assembly:
                                 check.result.checked, check.result.note, wrong, _source(check.backward_at),
                                 tuple(_source(w) for w in check.gradient_at))
 
-    def _probe_stats(self, probes, init_sites: dict):
+    def _tap_stats(self, taps, init_sites: dict):
         losses = []
-        for site, probe in probes.losses.items():
+        for site, probe in taps.losses.items():
             values = probe.host()
             module, source = self._where(site)
             losses.append(LossStats(
@@ -255,14 +255,14 @@ class Assembly:
                 detail=probe.detail, target_low=values["target_low"], target_high=values["target_high"],
                 start=values["start"]))
         inputs = []
-        for site, probe in probes.inputs.items():
+        for site, probe in taps.inputs.items():
             mean, std = probe.host()
             module, source = self._where(site)
             inputs.append(InputStats(site, self.sites[site].op, module, source, probe.count,
                                      tuple(mean), tuple(std), _source(probe.made_at)))
         weights = []
         owners = self.params.owners
-        for pid, (site, probe) in probes.weights.items():
+        for pid, (site, probe) in taps.weights.items():
             owner = owners.get(pid)
             module, _ = self._where(site)
             name = owner[1] if owner else "weight"
@@ -273,7 +273,7 @@ class Assembly:
 
 
 def _share(counts: list[float] | None) -> float | None:
-    """unchanged / graded, from UpdateProbe's summed counts (None: none graded)."""
+    """unchanged / graded, from UpdateMeter's summed counts (None: none graded)."""
     return counts[1] / counts[0] if counts and counts[0] > 0 else None
 
 

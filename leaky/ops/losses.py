@@ -1,4 +1,4 @@
-"""Loss functions, and what their first argument must be (LK301, the forward probes).
+"""Loss functions, and what their first argument must be (LK301, the forward taps).
 
     cross_entropy(z, y) = -log softmax(z)_y      expects logits z, applies softmax itself
     nll_loss(a, y)      = -a_y                    expects log-probabilities a = log_softmax(z)

@@ -24,7 +24,7 @@ The built-in instruments, one file each
 - `forward.py` (forward taps for the wiring checks), `loss_path.py` (ops between output and
   loss), `provenance.py` (where data was made), `origins.py` (the lines that built
   optimizers, schedulers, parameters), `objectives.py` (rival optimizers, moving targets),
-  `functions.py` + `gradcheck.py` (custom autograd Functions, checked once), `batch_probe.py`
+  `functions.py` + `gradcheck.py` (custom autograd Functions, checked once), `batch_mixing.py`
   (LK306's batch mixing), `compiled.py` (torch.compile), `warning_source.py` (torch's
   warnings point at the user's line), `feedback.py` (square weights a recurrence reuses),
   `bypass.py` (composites around a saturating op), `cuts.py` (where the gradient path is

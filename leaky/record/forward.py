@@ -1,4 +1,4 @@
-"""Forward-side probes for the wiring checks (LK301-LK303): what reaches the loss, what
+"""Forward-side taps for the wiring checks (LK301-LK303): what reaches the loss, what
 enters the first layer, and how each layer's weights were initialised.
 
 All values stay on the device in small fixed-size tensors and are read once, at the end.
@@ -53,7 +53,7 @@ def _running(old: Tensor | None, new: Tensor, reduce) -> Tensor:
 
 
 @dataclass
-class LossProbe:
+class LossTap:
     """What reached one loss call site."""
 
     op: str
@@ -121,7 +121,7 @@ class LossProbe:
 
 
 @dataclass
-class InputProbe:
+class InputTap:
     """Per-feature mean and spread of raw data entering a parameterised layer."""
 
     feature_dim: int
@@ -147,7 +147,7 @@ class InputProbe:
 
 
 @dataclass
-class WeightProbe:
+class WeightTap:
     """A layer's weight as first seen: its scale and whether its units are all alike."""
 
     kind: str            # "linear" | "conv"
@@ -158,7 +158,7 @@ class WeightProbe:
     rows_identical: Tensor
 
     @classmethod
-    def of(cls, kind: str, weight: Tensor, bias: Tensor | None) -> "WeightProbe":
+    def of(cls, kind: str, weight: Tensor, bias: Tensor | None) -> "WeightTap":
         with torch.no_grad():
             w = weight.detach().float()
             fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(w) if w.ndim >= 2 else (w.numel(), 1)
@@ -170,15 +170,15 @@ class WeightProbe:
             return cls(kind, tuple(weight.shape), fan_in, fan_out, w.std() if w.numel() > 1 else w.abs().mean(), same)
 
 
-class ForwardProbes:
-    """Keeps the probes of one audit, keyed by site."""
+class ForwardTaps:
+    """Keeps the taps of one audit, keyed by site."""
 
     def __init__(self, mark, origin_of=lambda tensor: None) -> None:
         self.mark = mark   # the recorder's key in node.metadata: node -> site
         self.origin_of = origin_of   # tensor -> where its data was made (record/provenance.py)
-        self.losses: dict[int, LossProbe] = {}
-        self.inputs: dict[int, InputProbe] = {}
-        self.weights: dict[int, tuple[int, WeightProbe]] = {}   # id(weight) -> (site, probe)
+        self.losses: dict[int, LossTap] = {}
+        self.inputs: dict[int, InputTap] = {}
+        self.weights: dict[int, tuple[int, WeightTap]] = {}   # id(weight) -> (site, probe)
 
     def observe(self, op: str, site: int, args: tuple, kwargs: dict, averages: bool = True, out=None,
                 traits: ops.Traits | None = None) -> None:
@@ -201,14 +201,14 @@ class ForwardProbes:
         target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
         probe.update(args[0], target if isinstance(target, Tensor) else None)
 
-    def _probe_for(self, op: str, site: int, args: tuple, kwargs: dict) -> LossProbe:
+    def _probe_for(self, op: str, site: int, args: tuple, kwargs: dict) -> LossTap:
         probe = self.losses.get(site)
         if probe is None:
             x = args[0]
             target = args[1] if len(args) > 1 and isinstance(args[1], Tensor) else kwargs.get("target")
             detail = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
             node = producer(x) if isinstance(x, Tensor) else None
-            probe = self.losses[site] = LossProbe(
+            probe = self.losses[site] = LossTap(
                 op, ops.loss_expects(op), None if node is None else type(node).__name__,
                 None if node is None else node.metadata.get(self.mark), tuple(x.shape),
                 tuple(target.shape) if isinstance(target, Tensor) else None,
@@ -238,11 +238,11 @@ class ForwardProbes:
         x, weight = args[0], args[1]
         bias = args[2] if len(args) > 2 and isinstance(args[2], Tensor) else kwargs.get("bias")
         if id(weight) not in self.weights:
-            self.weights[id(weight)] = (site, WeightProbe.of(kind, weight, bias))
+            self.weights[id(weight)] = (site, WeightTap.of(kind, weight, bias))
         if averages and isinstance(x, Tensor) and x.is_floating_point() and not x.requires_grad and x.ndim >= 1:
             dim = 1 if kind == "conv" and x.ndim >= 3 else x.ndim - 1
             probe = self.inputs.get(site)
             if probe is None:
-                probe = self.inputs[site] = InputProbe(dim, x.shape[dim], made_at=self.origin_of(x))
+                probe = self.inputs[site] = InputTap(dim, x.shape[dim], made_at=self.origin_of(x))
             if x.shape[dim] == probe.features:
                 probe.update(x)

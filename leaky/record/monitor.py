@@ -191,7 +191,7 @@ def _learning_rate(optimizer) -> float | None:
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-class UpdateProbe:
+class UpdateMeter:
     """||w_after - w_before|| and ||w_before|| per parameter, for one sampled step; and for a
     float16/bfloat16 parameter, how many of its elements had a nonzero gradient and how many
     of those the step left unchanged (an update below half a unit in the last place rounds

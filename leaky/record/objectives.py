@@ -3,7 +3,7 @@
 Two facts decide how a loss curve may be judged (checks/_loss.py), and neither can be read
 off the curve itself:
 
-- `CouplingProbe`: whether the backward of the loss that optimizer A steps on sends
+- `CouplingMeter`: whether the backward of the loss that optimizer A steps on sends
   gradient into parameters that optimizer B trains. In a GAN the generator's loss runs
   through the discriminator; in an actor-critic the actor's loss runs through the critic.
   Seen on sampled steps by whether B's `.grad` tensors were written (a new tensor, or an
@@ -37,7 +37,7 @@ def _grad_mark(optimizer) -> tuple:
     return tuple((0, -1) if p.grad is None else (id(p.grad), p.grad._version) for p in picked)
 
 
-class CouplingProbe:
+class CouplingMeter:
     """Pairs (A, B): the loss A stepped on reached parameters that B trains."""
 
     def __init__(self) -> None:

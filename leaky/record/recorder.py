@@ -23,9 +23,9 @@ from leaky.record import instruments
 from leaky.record.cuts import CutRecords
 from leaky import ops
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
-from leaky.record.batch_probe import BatchProbe
+from leaky.record.batch_mixing import BatchMixing
 from leaky.record.bypass import BypassFinder
-from leaky.record.forward import ForwardProbes
+from leaky.record.forward import ForwardTaps
 from leaky.record.provenance import Provenance
 from leaky.record.feedback import FeedbackUses
 from leaky.record.functions import CustomFunctions
@@ -33,8 +33,8 @@ from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
 from leaky.record.leaves import MadeLeaves
 from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
-from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateProbe
-from leaky.record.objectives import CouplingProbe, MovingWeights
+from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateMeter
+from leaky.record.objectives import CouplingMeter, MovingWeights
 from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginRecords
 from leaky.record.run_record import RunRecord, snapshot
@@ -86,8 +86,8 @@ class Recorder(StepTracking):
         self.sample_every = sample_every
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
         self.monitor = StepMonitor()
-        self.updates = UpdateProbe()
-        self.coupling = CouplingProbe()   # whose loss reaches whose parameters (adversarial games)
+        self.updates = UpdateMeter()
+        self.coupling = CouplingMeter()   # whose loss reaches whose parameters (adversarial games)
         self.moving = MovingWeights()     # untrained weights that change: a synced target network
         self._backward_patch = TensorBackwardPatch(self._on_tensor_backward)
         self.active = False        # between __enter__ and __exit__, with no internal error
@@ -108,9 +108,9 @@ class Recorder(StepTracking):
         self.units: dict[int, UnitStats] = {}
         self.provenance = Provenance(self.locator.locate)
         self._details = DetailContext(lambda node: node.metadata.get(self._mark), self.provenance.mask_origin_of)
-        self.probes = ForwardProbes(("leaky", id(self)), self.provenance.origin_of)
+        self.taps = ForwardTaps(("leaky", id(self)), self.provenance.origin_of)
         self.functions = CustomFunctions(self)
-        self.batch = BatchProbe(self.left_out, self.modules.key_of, self.locator.locate)
+        self.batch = BatchMixing(self.left_out, self.modules.key_of, self.locator.locate)
         if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
@@ -311,7 +311,7 @@ class Recorder(StepTracking):
         floating = out.is_floating_point()
         if floating and not traits.selects:
             self._check_finite(op, first_site, args, kwargs, outputs, traits)
-        self.probes.observe(op, first_site, args, kwargs, self._count_rates(), out, traits)
+        self.taps.observe(op, first_site, args, kwargs, self._count_rates(), out, traits)
         if traits.loss is not None and self.batch.waiting and args:
             self.batch.note_loss(args[0])
         if traits.activation is not None and floating:
@@ -417,7 +417,7 @@ class Recorder(StepTracking):
     def note_loss_failure(self, op: str, args: tuple, kwargs: dict, exc: Exception) -> None:
         """A loss call raised (BCE on values outside [0, 1], say): keep what it was given."""
         site = self.sites.intern(op, "<raised>", self.modules.current, self.locator.locate(), -1)
-        self.probes.loss_failed(op, site, args, kwargs, exc)
+        self.taps.loss_failed(op, site, args, kwargs, exc)
 
     def site_of(self, node) -> int | None:
         """The site an autograd node was recorded at (None: not one of this run's)."""

@@ -78,5 +78,5 @@ class Observed(Protocol):
     modules: Any
     params: Any
     origins: Any
-    probes: Any
+    taps: Any
     added: Any                      # the instruments of record/instruments/, by name

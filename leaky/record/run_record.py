@@ -13,8 +13,8 @@ sees the Recorder. Everything derive needs that is not a per-step sum is here, b
   tables copied at the snapshot;
 - two record parts passed as they are, because derive asks them questions rather than
   reading values, and copying them would copy the run: `origins` (OriginRecords: where
-  optimizers, schedulers, casts and parameters were made) and `probes` (ForwardProbes: its
-  probes hold device tensors that derive copies to the host once, `host()`). Both can be
+  optimizers, schedulers, casts and parameters were made) and `taps` (ForwardTaps: its
+  taps hold device tensors that derive copies to the host once, `host()`). Both can be
   made standalone, as tests/unit/derive/test_build_stats.py does.
 - `parts`: what each instrument added in record/instruments/ gives (its `part()`), by name.
 - `loss_scaler`: a function, not a value: finding a live GradScaler scans the whole heap
@@ -78,7 +78,7 @@ class RunRecord:
     modules: ModuleTable
     params: ParamRecord
     origins: Any                         # OriginRecords
-    probes: Any                          # ForwardProbes
+    taps: Any                            # ForwardTaps
     parts: Mapping[str, Any] = field(default_factory=dict)   # an added instrument's name -> its part (record/instruments/)
 
 
@@ -97,7 +97,7 @@ def snapshot(rec: "Observed") -> RunRecord:
         param_uses=MappingProxyType({pid: tuple(sites) for pid, sites in rec.feedback.param_uses.items()}),
         batch_records=tuple(rec.batch.records), bypasses=MappingProxyType(dict(rec.bypass.found)),
         function_checks=MappingProxyType(dict(rec.functions.checks)), sites=tuple(rec.sites.sites),
-        modules=_modules(rec.modules), params=_params(rec.params), origins=rec.origins, probes=rec.probes,
+        modules=_modules(rec.modules), params=_params(rec.params), origins=rec.origins, taps=rec.taps,
         parts=MappingProxyType({name: part.part() for name, part in rec.added.items()}))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from leaky.config import AuditConfig
 from leaky.derive import StatsBuilder, build_stats, fields
-from leaky.record.forward import ForwardProbes
+from leaky.record.forward import ForwardTaps
 from leaky.record.origins import OriginRecords
 from leaky.record.run_record import ModuleTable, ParamRecord, RunRecord
 from leaky.record.sites import SiteTable, SourceLocator
@@ -26,7 +26,7 @@ def _run(sites: SiteTable, **given) -> RunRecord:
                  coupled_pairs=frozenset(), optimizers=(), units={}, cuts=(), init_sites={}, param_uses={},
                  batch_records=(), bypasses={}, function_checks={}, sites=tuple(sites.sites), modules=ModuleTable(),
                  params=ParamRecord(), origins=OriginRecords(SourceLocator(), lambda fn: fn),
-                 probes=ForwardProbes(("hand-built", 0)))
+                 taps=ForwardTaps(("hand-built", 0)))
     return RunRecord(**{**plain, **given})
 
 

@@ -36,7 +36,8 @@ def _assert_released(audit: leaky.Audit) -> None:
     assert recorder.buffer.records == []
     assert recorder.buffer.values == []
     assert recorder.buffer.forward_flags == []
-    assert recorder.buffer.extras == {}
+    assert recorder.buffer.loss is None and recorder.buffer.carried == {} and recorder.buffer.series == []
+    assert recorder.buffer.params is None and recorder.buffer.updates is None
     assert len(recorder.grads.handles) == 0
     assert no_leaky_left() == []
     assert recorder.error is None

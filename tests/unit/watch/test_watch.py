@@ -316,7 +316,7 @@ def _one_firing(steps: int, fires_at: int, ctx):
             opt.step()
     (units,) = run.recorder.units.values()
     (relu,) = [op for op in run.stats.ops if op.op == "relu"]
-    return units, {probe.count for probe in run.recorder.probes.inputs.values()}, relu.nonzero_in
+    return units, {probe.count for probe in run.recorder.taps.inputs.values()}, relu.nonzero_in
 
 
 def test_every_1_sees_a_unit_fire_at_any_step_and_counts_rates_every_10(tmp_path):

@@ -84,7 +84,7 @@ class MixingRecord:
     batchnorm_eval: tuple[int, ...] = ()   # modules probed in eval mode
 
 
-class BatchProbe:
+class BatchMixing:
     """Notes each root model's first graph-building call (a copy of its inputs) and probes
     it at the end of that step, once the step's own graph is gone: the probe's forward
     and backward never sit in memory next to the user's."""
