@@ -8,13 +8,12 @@ measured, `(leaky.probe.stats record, ProbeConfig) -> list[Finding]`; an audit s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-import pkgutil
-from importlib import import_module
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding
+from leaky.registry import discover
 from leaky.stats import AuditStats
 from leaky.story import story_order
 
@@ -165,9 +164,7 @@ def _told_under(symptom: Finding, findings: list[Finding]) -> Finding:
 def _discover() -> None:
     """Import every check: the package's modules but its helpers (a leading underscore). Each
     registers itself on import; they run, and are listed, in the order of their codes."""
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not module.name.startswith("_"):
-            import_module(f"{__name__}.{module.name}")
+    discover(__name__, __path__)
     ordered = sorted(CHECKS.values(), key=lambda check: check.code)
     CHECKS.clear()
     CHECKS.update((check.code, check) for check in ordered)

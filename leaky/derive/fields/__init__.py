@@ -17,25 +17,20 @@ them): checks and reports read it, and a store may keep it.
 """
 from __future__ import annotations
 
-import pkgutil
-from contextlib import contextmanager
-from importlib import import_module
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+
+from leaky.registry import Registry, discover
 
 from leaky.record.run_record import RunRecord
 
 Derive = Callable[[RunRecord, Any], Any]
-DERIVED: dict[str, Derive] = {}
+DERIVED: Registry = Registry("a derived statistic")   # name -> the function that computes it
+restored = DERIVED.restored   # the registry as it was, after the block (tests)
 
 
 def derived(name: str) -> Callable[[Derive], Derive]:
     """Register the function that computes `stats.derived[name]`."""
-    def add(fn: Derive) -> Derive:
-        if name in DERIVED:
-            raise ValueError(f"a derived statistic named {name!r} is already registered")
-        DERIVED[name] = fn
-        return fn
-    return add
+    return lambda fn: DERIVED.add(name, fn)
 
 
 def derive_all(run: RunRecord, sums) -> dict[str, Any]:
@@ -43,23 +38,4 @@ def derive_all(run: RunRecord, sums) -> dict[str, Any]:
     return {name: fn(run, sums) for name, fn in DERIVED.items()}
 
 
-@contextmanager
-def restored() -> Iterator[None]:
-    """The registry as it was, after the block (for tests that register a statistic)."""
-    before = dict(DERIVED)
-    try:
-        yield
-    finally:
-        DERIVED.clear()
-        DERIVED.update(before)
-
-
-def _discover() -> None:
-    """Import every module of this package but its helpers (a leading underscore): each
-    registers itself on import."""
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not module.name.startswith("_"):
-            import_module(f"{__name__}.{module.name}")
-
-
-_discover()
+discover(__name__, __path__)

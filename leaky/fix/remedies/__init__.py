@@ -11,15 +11,13 @@ Only mechanical remedies are here; a finding without one is listed, not guessed 
 This module holds what remedies share: `Context`, `Candidate`, the registry, `propose`,
 and the candidates more than one check proposes (`reinit`, `scaled_learning_rate`,
 `clipped_gradient`). Every other module of the package (but a leading underscore) is one
-check's remedy, imported at the end (`_discover`): no hand-written list.
+check's remedy, imported at the end (`registry.discover`): no hand-written list.
 """
 from __future__ import annotations
 
 import os
-import pkgutil
 import statistics
 from dataclasses import dataclass, field
-from importlib import import_module
 from typing import Callable
 
 from leaky import ops
@@ -27,6 +25,7 @@ from leaky.finding import Finding
 from leaky.fix import change as edits
 from leaky.fix import runtime as rt
 from leaky.fix.change import Change
+from leaky.registry import Registry, discover
 from leaky.rerun.trial import Changes
 from leaky.stats import AuditStats
 from leaky.story import told_under
@@ -84,17 +83,12 @@ class Candidate:
 
 
 Remedy = Callable[[Finding, Context], list[Candidate]]
-REMEDIES: dict[str, Remedy] = {}   # check code -> its remedy (one per check, in the check's file)
+REMEDIES: Registry = Registry("a remedy")   # check code -> its remedy (one per check, in the check's file)
 
 
 def remedy(code: str) -> Callable[[Remedy], Remedy]:
     """Register the remedy of check `code`: (finding, context) -> its candidate fixes."""
-    def register(function: Remedy) -> Remedy:
-        if code in REMEDIES:
-            raise ValueError(f"a remedy for {code} registered twice")
-        REMEDIES[code] = function
-        return function
-    return register
+    return lambda function: REMEDIES.add(code, function)
 
 
 def propose(findings: list[Finding], context: Context) -> list[Candidate]:
@@ -249,14 +243,4 @@ def scaled_learning_rate(factor: float, finding: Finding, context: Context, why:
                       [], [change])]
 
 
-
-
-def _discover() -> None:
-    """Import every remedy: the package's modules but its helpers (a leading underscore).
-    Each registers itself on import."""
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not module.name.startswith("_"):
-            import_module(f"{__name__}.{module.name}")
-
-
-_discover()
+discover(__name__, __path__)

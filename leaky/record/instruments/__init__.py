@@ -23,10 +23,9 @@ The derive function that reads a part is registered in derive/fields/.
 """
 from __future__ import annotations
 
-import pkgutil
-from contextlib import contextmanager
-from importlib import import_module
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
+
+from leaky.registry import Registry, discover
 
 
 class InstrumentHost(Protocol):
@@ -41,17 +40,13 @@ class InstrumentHost(Protocol):
 
 
 Factory = Callable[[InstrumentHost], Any]
-INSTRUMENTS: dict[str, Factory] = {}
+INSTRUMENTS: Registry = Registry("an instrument")   # name -> its factory
+restored = INSTRUMENTS.restored   # the registry as it was, after the block (tests)
 
 
 def instrument(name: str) -> Callable[[Factory], Factory]:
     """Register an instrument under `name`: its part is RunRecord.parts[name]."""
-    def add(make: Factory) -> Factory:
-        if name in INSTRUMENTS:
-            raise ValueError(f"an instrument named {name!r} is already registered")
-        INSTRUMENTS[name] = make
-        return make
-    return add
+    return lambda make: INSTRUMENTS.add(name, make)
 
 
 def made(host: InstrumentHost) -> dict[str, Any]:
@@ -60,23 +55,4 @@ def made(host: InstrumentHost) -> dict[str, Any]:
     return {name: inst for name, inst in made.items() if inst is not None}
 
 
-@contextmanager
-def restored() -> Iterator[None]:
-    """The registry as it was, after the block (for tests that register an instrument)."""
-    before = dict(INSTRUMENTS)
-    try:
-        yield
-    finally:
-        INSTRUMENTS.clear()
-        INSTRUMENTS.update(before)
-
-
-def _discover() -> None:
-    """Import every module of this package but its helpers (a leading underscore): each
-    registers itself on import."""
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not module.name.startswith("_"):
-            import_module(f"{__name__}.{module.name}")
-
-
-_discover()
+discover(__name__, __path__)
