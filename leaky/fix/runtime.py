@@ -6,7 +6,7 @@ each a context manager removed on exit:
 - `ModuleEdit`: find a module by the dotted path leaky reported (resolved when its root
   model first runs forward, before any of its layers) and change it: swap its forward,
   re-initialise its weights, standardise its input.
-- `OpAtLine`: a torch-function mode that replaces one op called from one source line
+- `OpAtLine`: a torch-function mode (leaky/modes.py CallMode) that replaces one op called from one source line
   (a clamp by a straight-through clamp, a softmax by the identity).
 - `OptimizerEdit`: optimizer step hooks that scale the learning rate, clip the gradient
   norm, zero the gradients after each step, or add parameters that were left out.
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.overrides import TorchFunctionMode
 
+from leaky.modes import CallMode
 from leaky.patch import Patch
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import TensorBackwardPatch
@@ -139,19 +139,18 @@ def standardise_input(mean: list[float], std: list[float]) -> Callable[[nn.Modul
 
 
 # -- ops at a source line --------------------------------------------------------------
-class OpAtLine(TorchFunctionMode):
+class OpAtLine(CallMode):
     """Replace the ops named `ops` when called from `file:line` by `replacement(func, args, kwargs)`."""
 
     def __init__(self, file: str, line: int, ops: set[str], replacement: Callable, what: str) -> None:
-        super().__init__()
+        super().__init__(self._call)
         self.file, self.line, self.ops = file, line, ops
         self.replacement = replacement
         self.what = what
         self.applied: list[str] = []
         self._locator = SourceLocator()
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def _call(self, func, args: tuple, kwargs: dict):
         name = getattr(func, "__name__", "")
         if name in self.ops:
             where = self._locator.locate()

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
-from torch.overrides import TorchFunctionMode
 
 from leaky.frames import user_frames
+from leaky.modes import CallMode
 from leaky.record.modules import remove_global_hook
 from leaky.record.sites import SourceLocator
 
@@ -56,17 +56,6 @@ def _tensors(value):
         for item in value:
             if isinstance(item, torch.Tensor):
                 yield item
-
-
-class _Mode(TorchFunctionMode):
-    """A torch-function mode that hands every call to `on_call(func, args, kwargs)`."""
-
-    def __init__(self, on_call) -> None:
-        super().__init__()
-        self.on_call = on_call
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return self.on_call(func, args, kwargs or {})
 
 
 class ModelCalls:
@@ -143,7 +132,7 @@ class FirstStepCalls(ModelCalls):
     def __init__(self) -> None:
         super().__init__()
         self._locator = SourceLocator()
-        self._mode = _Mode(self._on_call)
+        self._mode = CallMode(self._on_call)
 
     def __enter__(self):
         super().__enter__()

@@ -45,9 +45,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as module_globals
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.overrides import TorchFunctionMode
 
 from leaky import ops
+from leaky.modes import CallMode
 from leaky.record.call_args import op_name
 from leaky.record.rerun import batchnorm_in_eval, buffers_kept, snapshot, untouched
 from leaky.record.script_names import unwrapped_module
@@ -322,16 +322,16 @@ def _time_major(model: nn.Module) -> bool:
     return any(getattr(m, "batch_first", None) is False for m in model.modules())
 
 
-class _Capture(TorchFunctionMode):
+class _Capture(CallMode):
     """Keeps each op's floating outputs that are on the graph, with where it ran."""
 
     def __init__(self, locate: Callable, current: Callable[[], nn.Module | None], given: Callable) -> None:
-        super().__init__()
+        super().__init__(self._keep)
         self.locate, self.current, self.given = locate, current, given
         self.seen: list[tuple[str, Tensor, Any, Any, bool]] = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+    def _keep(self, func, args: tuple, kwargs: dict):
+        out = func(*args, **kwargs)
         if len(self.seen) < CAPTURED:
             op = op_name(func)
             outs = [t for t in _tensors(out, 1) if t.is_floating_point() and t.requires_grad]
