@@ -38,7 +38,8 @@ from torch.nn.modules import module as module_globals
 from leaky import ops
 from leaky.config import AuditConfig
 from leaky.frames import is_internal
-from leaky.probe.calls import (FirstStepCalls, ModelCalls, _call_path, _is_data, _Mode, _on_backward, _tensors,
+from leaky.modes import CallMode
+from leaky.probe.calls import (FirstStepCalls, ModelCalls, _call_path, _is_data, _on_backward, _tensors,
                                reading)
 from leaky.probe.floor import LossTerms
 from leaky.record.sites import SourceLocator
@@ -260,7 +261,7 @@ class InputTrace(ModelCalls):
         self._names: dict[int, str] = {}
         self._stack: list[nn.Module] = []
         self._locator = SourceLocator()
-        self._mode = _Mode(self._on_call)
+        self._mode = CallMode(self._on_call)
 
     def __enter__(self) -> "InputTrace":
         super().__enter__()
