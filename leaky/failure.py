@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from leaky.frames import is_leaky_file
+from leaky.process.frames import is_leaky_file
 
 _RUNPY = os.path.abspath(runpy.__file__)
 # The standard library and installed packages (torch among them): not the script's own code.

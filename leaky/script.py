@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from leaky.audit import Audit
 from leaky.config import AuditConfig
 from leaky.failure import ScriptFailure, failure_of
-from leaky.frames import is_leaky_file
+from leaky.process.frames import is_leaky_file
 from leaky.record.recorder import StopObserving
 
 

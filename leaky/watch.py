@@ -32,7 +32,7 @@ from leaky.checks import run_all
 from leaky.config import AuditConfig
 from leaky.derive import build_stats
 from leaky.finding import Finding, Severity
-from leaky.record import distributed
+from leaky.process import distributed
 from leaky.record.recorder import Recorder, StopObserving
 from leaky.report.tables import module_rows
 from leaky.store import Store, git_commit

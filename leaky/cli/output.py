@@ -48,7 +48,7 @@ class Progress:
 
 def main_process() -> bool:
     """Under torchrun only rank 0 prints and writes."""
-    from leaky.record.distributed import is_main
+    from leaky.process.distributed import is_main
 
     return is_main()
 

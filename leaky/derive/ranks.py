@@ -3,7 +3,7 @@
 At each sampled step, on every rank at once (DDP keeps ranks in step): the activation
 counters are summed across ranks (a unit is dead only if it never fired on any rank), and,
 once, each rank's first non-finite event is exchanged, so that rank 0 can report an
-origin that happened on another rank's data. The collectives are record/distributed.py's
+origin that happened on another rank's data. The collectives are process/distributed.py's
 `exchange`, called by record/ at the step; this folds what it returned.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ class RankMerge:
         return not self.remote_events_done
 
     def merge_ranks(self, exchanged) -> None:
-        """Fold what the ranks told each other at a sampled step (record/distributed.py
+        """Fold what the ranks told each other at a sampled step (process/distributed.py
         `exchange`: its summed activation counters and, while wanted, their events)."""
         self.global_units = exchanged.units
         self.note_rank_events(exchanged.events)

@@ -6,7 +6,7 @@ each a context manager removed on exit:
 - `ModuleEdit`: find a module by the dotted path leaky reported (resolved when its root
   model first runs forward, before any of its layers) and change it: swap its forward,
   re-initialise its weights, standardise its input.
-- `OpAtLine`: a torch-function mode (leaky/modes.py CallMode) that replaces one op called from one source line
+- `OpAtLine`: a torch-function mode (leaky/process/modes.py CallMode) that replaces one op called from one source line
   (a clamp by a straight-through clamp, a softmax by the identity).
 - `OptimizerEdit`: optimizer step hooks that scale the learning rate, clip the gradient
   norm, zero the gradients after each step, or add parameters that were left out.
@@ -23,8 +23,8 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from leaky.modes import CallMode
-from leaky.patch import Patch
+from leaky.process.modes import CallMode
+from leaky.process.patch import Patch
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator

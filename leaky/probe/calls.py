@@ -14,8 +14,8 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from leaky.frames import user_frames
-from leaky.modes import CallMode
+from leaky.process.frames import user_frames
+from leaky.process.modes import CallMode
 from leaky.record.modules import remove_global_hook
 from leaky.record.sites import SourceLocator
 

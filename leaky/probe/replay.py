@@ -37,8 +37,8 @@ from torch.nn.modules import module as module_globals
 
 from leaky import ops
 from leaky.config import AuditConfig
-from leaky.frames import is_internal
-from leaky.modes import CallMode
+from leaky.process.frames import is_internal
+from leaky.process.modes import CallMode
 from leaky.probe.calls import (FirstStepCalls, ModelCalls, _call_path, _is_data, _on_backward, _tensors,
                                reading)
 from leaky.probe.floor import LossTerms

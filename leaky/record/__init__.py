@@ -34,10 +34,7 @@ The built-in instruments, one file each
   (found on import): a context manager plus its part of the RunRecord (docs/design.md, "A
   check that needs new data").
 
-Where leaky touches torch or Python globals
-- `guards.py` (leaky's callbacks kept out of graphs being traced), `collector.py` (the
-  garbage collector while observing), `distributed.py` (every collective across ranks, one
-  `exchange` per sampled step), `rerun.py` (running a model once more, changing nothing).
-  Patching an attribute and restoring it goes through leaky/patch.py; the test of whether a
-  frame is the user's through leaky/frames.py.
+Where leaky touches torch or Python globals: not here, in leaky/process/ (patching and
+restoring, frames, the guard against tracing, the garbage collector, modes, collectives),
+and `rerun.py` (running a model once more, changing nothing).
 """

@@ -47,7 +47,7 @@ from torch.nn.modules import module as module_globals
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from leaky import ops
-from leaky.modes import CallMode
+from leaky.process.modes import CallMode
 from leaky.record.call_args import op_name
 from leaky.record.rerun import batchnorm_in_eval, buffers_kept, snapshot, untouched
 from leaky.record.script_names import unwrapped_module

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from leaky.patch import Patch
-from leaky.record.guards import frames_compiled_already, keep_dynamo_off_entries, note_compiled, outside_graphs
+from leaky.process.patch import Patch
+from leaky.process.guards import frames_compiled_already, keep_dynamo_off_entries, note_compiled, outside_graphs
 
 if TYPE_CHECKING:
     from leaky.record.roles import CompiledHost

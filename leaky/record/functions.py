@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.function import Function
 
-from leaky.patch import Patch
-from leaky.record.guards import outside_graphs
+from leaky.process.patch import Patch
+from leaky.process.guards import outside_graphs
 from leaky.record.gradcheck import GradcheckResult, check_function
 from leaky.record.call_args import tensors_in
 

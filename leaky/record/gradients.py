@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from leaky import ops
-from leaky.record import distributed
-from leaky.record.guards import outside_graphs
+from leaky.process import distributed
+from leaky.process.guards import outside_graphs
 from leaky.record.step_record import NodeRecord, StepBuffer
 
 
@@ -246,7 +246,7 @@ class GradientRecorder:
         self._accumulated.clear()
         self._fresh.clear()
 
-    @outside_graphs   # as every callback leaky gives torch (record/guards.py)
+    @outside_graphs   # as every callback leaky gives torch (process/guards.py)
     def _on_backward(self, site: int, seq: int, kinds: tuple, zeroing: bool, moves: bool, owners: tuple,
                      grad_inputs, grad_outputs) -> None:
         if not self.active:

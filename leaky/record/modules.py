@@ -22,8 +22,8 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.utils.hooks import RemovableHandle
 
-from leaky.frames import is_internal
-from leaky.record.guards import outside_graphs
+from leaky.process.frames import is_internal
+from leaky.process.guards import outside_graphs
 from leaky.record.script_names import script_name, unwrapped_path
 
 _MODULE_FILE = module_globals.__file__

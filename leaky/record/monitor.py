@@ -15,10 +15,10 @@ import torch
 from torch import Tensor
 
 from leaky import ops
-from leaky.patch import Patch
-from leaky.record import distributed
+from leaky.process.patch import Patch
+from leaky.process import distributed
 from leaky.stats import SeriesRow
-from leaky.record.guards import outside_graphs
+from leaky.process.guards import outside_graphs
 
 
 class TensorBackwardPatch(Patch):

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from leaky import ops
 from leaky.record.call_args import op_name, tensors_in
-from leaky.record.guards import outside_graphs
+from leaky.process.guards import outside_graphs
 
 if TYPE_CHECKING:
     from leaky.record.roles import OpHost

@@ -27,9 +27,9 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.optim import lr_scheduler
 
-from leaky.frames import is_internal
-from leaky.patch import Patch
-from leaky.record.guards import outside_graphs
+from leaky.process.frames import is_internal
+from leaky.process.patch import Patch
+from leaky.process.guards import outside_graphs
 from leaky.record.sites import SourceLocator
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)

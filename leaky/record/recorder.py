@@ -16,9 +16,9 @@ from torch import Tensor
 from torch.optim import optimizer as optim_globals
 
 from leaky.config import AuditConfig
-from leaky.record.collector import FrozenHeap
+from leaky.process.heap import FrozenHeap
 from leaky.record.compiled import CompiledCalls
-from leaky.record.guards import outside_graphs
+from leaky.process.guards import outside_graphs
 from leaky.record import instruments
 from leaky.record.cuts import CutRecords
 from leaky import ops
@@ -75,7 +75,7 @@ class Recorder(StepTracking):
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
                  on_series: Callable[[list], None] | None = None) -> None:
         """`make_sink(config)`: what each sampled step's record goes to (add_step, add_series;
-        with several ranks, merge_ranks of what record/distributed.py's exchange returned,
+        with several ranks, merge_ranks of what process/distributed.py's exchange returned,
         asking first_nonfinite and events_wanted first; its `steps` counts the sampled steps
         it received)."""
         self.config = config

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.nn.modules import module as module_globals
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from leaky.patch import Patch
+from leaky.process.patch import Patch
 
 
 def snapshot(value: Any, depth: int = 2) -> Any:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from leaky.frames import user_frames
+from leaky.process.frames import user_frames
 
 _WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module"}
 # NOTE: a list longer than this is data, not a model's layers: not searched for modules

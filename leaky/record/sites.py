@@ -14,7 +14,7 @@ from typing import Any
 from torch import Tensor
 
 from leaky import ops
-from leaky.frames import is_internal
+from leaky.process.frames import is_internal
 
 
 class SourceLocator:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from leaky.record import distributed
+from leaky.process import distributed
 
 
 class NodeRecord(NamedTuple):

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from leaky import ops
-from leaky.record import distributed
+from leaky.process import distributed
 from leaky.record.activations import count_held, settle_units
 from leaky.record.clipping import note_clipping
 from leaky.record.loss_path import loss_path_sites

@@ -19,8 +19,8 @@ import os
 import sys
 import warnings
 
-from leaky.frames import is_leaky_file
-from leaky.patch import Patch
+from leaky.process.frames import is_leaky_file
+from leaky.process.patch import Patch
 
 # leaky's own modules, not its built-in examples (leaky.zoo), which are user code
 _LEAKY_MODULES = r"(?!leaky\.zoo(\.|$))leaky(\..*)?$"

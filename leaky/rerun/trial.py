@@ -35,7 +35,7 @@ from leaky.audit import Audit
 from leaky.config import AuditConfig
 from leaky.failure import ScriptFailure, failure_of
 from leaky.rerun.frozen import FrozenModules
-from leaky.patch import Patch
+from leaky.process.patch import Patch
 from leaky.record.monitor import TensorBackwardPatch
 from leaky.record.sites import SourceLocator
 from leaky.record.recorder import StopObserving

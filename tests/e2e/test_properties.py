@@ -506,7 +506,7 @@ def test_a_watchs_total_gradient_norm_equals_the_norm_of_all_values(seed, dtype,
     """The every-step gradient norm (distributed.total_norm: the small gradients copied into one
     buffer on the CPU, the large ones normed alone) is the 2-norm of all their values together,
     as float32, in every float dtype, with or without small or large ones; None for a mix of dtypes."""
-    from leaky.record.distributed import total_norm
+    from leaky.process.distributed import total_norm
 
     gen = torch.Generator().manual_seed(seed)
     grads = [torch.randn(shape, generator=gen).to(dtype) * 10 ** (i % 3) for i, shape in enumerate(shapes)]

@@ -1,6 +1,6 @@
 """The contract between record/ and derive/, checked: derive/ is handed a RunRecord, each
 step's HostStep and the units' UnitStats, and nothing else of record/; every collective
-across ranks is in record/distributed.py and runs through its one per-step call; record/
+across ranks is in process/distributed.py and runs through its one per-step call; record/
 maps its own room."""
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def _distributed_calls(name: str) -> list[str]:
 
 
 def test_every_collective_is_in_record_distributed_and_one_call_runs_them_per_step():
-    assert _distributed_calls("leaky.record.distributed")   # the scan sees the real ones
-    elsewhere = [call for name in FILES if name != "leaky.record.distributed" for call in _distributed_calls(name)]
+    assert _distributed_calls("leaky.process.distributed")   # the scan sees the real ones
+    elsewhere = [call for name in FILES if name != "leaky.process.distributed" for call in _distributed_calls(name)]
     assert elsewhere == []
     callers = sorted(name for name, path in FILES.items() if "distributed.exchange(" in path.read_text(encoding="utf-8"))
     assert callers == ["leaky.record.steps"]
@@ -51,3 +51,12 @@ def test_record_has_a_package_docstring_that_names_each_of_its_files():
     files = sorted(f"{name.rpartition('.')[2]}{'/' if FILES[name].name == '__init__.py' else '.py'}"
                    for name in FILES if name.startswith("leaky.record.") and name.count(".") == 2)
     assert "instruments/" in files and [f for f in files if f"`{f}`" not in doc] == []
+
+
+def test_process_is_a_room_of_leaves_and_the_only_home_of_torch_function_modes():
+    """leaky/process/ (patching, frames, guards, the heap, modes, collectives) imports nothing
+    else of leaky, and every torch-function mode is its CallMode but the recorder's own OpMode."""
+    room = [name for name in FILES if _under(name, "leaky.process")]
+    assert "leaky.process.patch" in room and {name: TYPED_GRAPH[name] for name in room if TYPED_GRAPH[name]} == {}
+    modes = sorted(name for name, path in FILES.items() if "(TorchFunctionMode)" in path.read_text(encoding="utf-8"))
+    assert modes == ["leaky.process.modes", "leaky.record.opmode"]

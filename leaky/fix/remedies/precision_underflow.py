@@ -21,7 +21,7 @@ from leaky.finding import Finding
 from leaky.fix import change as edits
 from leaky.fix import runtime as rt
 from leaky.fix.remedies import Candidate, Context, remedy, short_place
-from leaky.patch import Patch
+from leaky.process.patch import Patch
 from leaky.record.sites import SourceLocator
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)

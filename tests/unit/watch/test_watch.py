@@ -350,7 +350,7 @@ def test_every_1_sees_a_unit_fire_at_any_step_and_counts_rates_every_10(tmp_path
 
 
 def test_a_grad_scaler_made_before_the_watch_is_seen_by_every_check_pass(monkeypatch):
-    """A check pass runs while the heap is frozen (record/collector.py), and a scaler made
+    """A check pass runs while the heap is frozen (process/heap.py), and a scaler made
     before `leaky.watch()` is among the frozen objects: the pass must still find it, or
     LK107 reports the overflow step that the scaler skips (and LK304 says no scaler is
     active). Here the scale doubles every step until float16 overflows at step 7."""

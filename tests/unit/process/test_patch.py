@@ -1,4 +1,4 @@
-"""leaky.patch.Patch: the one way leaky replaces an attribute of torch or Python and puts it back."""
+"""leaky.process.patch.Patch: the one way leaky replaces an attribute of torch or Python and puts it back."""
 from __future__ import annotations
 
 import warnings
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.autograd.function import Function
 
-from leaky.patch import Patch
+from leaky.process.patch import Patch
 
 
 def test_the_original_is_back_after_an_error_and_a_classmethod_stays_one():

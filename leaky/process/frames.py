@@ -17,7 +17,7 @@ import torch
 # NOTE: a prefix without a separator: the packages installed beside torch whose names start
 # with it (torchvision, torchaudio) count as torch's too.
 _TORCH = os.path.dirname(torch.__file__)
-_LEAKY = os.path.dirname(os.path.abspath(__file__))
+_LEAKY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # leaky/, the folder above process/
 _OWN = _LEAKY + os.sep
 _ZOO = os.path.join(_LEAKY, "zoo") + os.sep   # built-in examples: user code
 
