@@ -136,8 +136,11 @@ def propose(findings: list[Finding], context: Context) -> list[Candidate]:
                 candidate.findings.append(finding)
         if not fixes:
             why = context.why_not.get(id(root))
-            context.why_not[id(finding)] = (f"it follows from {root.code} {root.name}, which has no mechanical fix"
-                                            + (f" ({why})" if why else ""))
+            if why is not None and id(root) in parent:   # its root follows from another: name the first one once
+                context.why_not[id(finding)] = why
+            else:
+                context.why_not[id(finding)] = (f"it follows from {root.code} {root.name}, which has no mechanical fix"
+                                                + (f" ({why})" if why else ""))
     return list(merged.values())
 
 
