@@ -91,7 +91,8 @@ def test_a_default_audit_run_block_and_the_phase_split_run_and_report(capsys):
     audit_entry_points.measure_watch("2", steps=5)   # a watch's unsampled steps: none sampled, all put back
     out = capsys.readouterr().out
     assert "depth 2:" in out and "0 sampled" in out and "| distributed.total_norm (inside) | 1.0 |" in out
-    from leaky.process import distributed, monitor
+    from leaky.process import distributed
+    from leaky.record import monitor
     assert not hasattr(distributed.total_norm, "__wrapped__") and not hasattr(monitor.present_grads, "__wrapped__")
 
 
