@@ -33,7 +33,7 @@ class Check:
     # the codes whose findings can explain this check's, root causes before their consequences:
     # the one table a check that names a cause (links=True, or a probe) reads its candidates from
     explained_by: tuple[str, ...] = ()
-    page: str | None = None   # its page's path when it is not leaky/pages/<CODE>-<name>.md (a check added outside leaky)
+    page: str | None = None   # its page's path, for a check kept outside leaky (else leaky/pages/<CODE>-<name>.md)
 
 
 CHECKS: dict[str, Check] = {}

@@ -13,9 +13,9 @@
 
 `StatsBuilder` is what record/ is given as its sink: record/ calls add_step, add_series
 and, with several ranks, merge_ranks with what its one exchange across ranks returned
-(process/distributed.py `exchange`, to which the sink gives this rank's first non-finite
-event, `first_nonfinite`, and record/ its description). derive/ makes no collective call and reads the record only through RunRecord,
-HostStep and the units' UnitStats.
+(process/distributed.py `exchange`: the sink gives this rank's first non-finite event,
+`first_nonfinite`, and record/ describes it). derive/ makes no collective call and reads
+the record only through RunRecord, HostStep and the units' UnitStats.
 """
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ import torch
 from torch import Tensor
 
 from leaky import ops
-from leaky.process.patch import Patch
 from leaky.process import distributed
-from leaky.stats import SeriesRow
 from leaky.process.guards import outside_graphs
+from leaky.process.patch import Patch
+from leaky.stats import SeriesRow
 
 
 class TensorBackwardPatch(Patch):

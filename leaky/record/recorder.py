@@ -15,33 +15,33 @@ import torch
 from torch import Tensor
 from torch.optim import optimizer as optim_globals
 
-from leaky.config import AuditConfig
-from leaky.process.heap import FrozenHeap
-from leaky.record.compiled import CompiledCalls
-from leaky.process.guards import outside_graphs
-from leaky.record import instruments
-from leaky.record.cuts import CutRecords
 from leaky import ops
+from leaky.config import AuditConfig
+from leaky.process.guards import outside_graphs
+from leaky.process.heap import FrozenHeap
+from leaky.record import instruments
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_mixing import BatchMixing
 from leaky.record.bypass import BypassFinder
-from leaky.record.forward import ForwardTaps
-from leaky.record.provenance import Provenance
+from leaky.record.compiled import CompiledCalls
+from leaky.record.cuts import CutRecords
 from leaky.record.feedback import FeedbackUses
+from leaky.record.forward import ForwardTaps
 from leaky.record.functions import CustomFunctions
 from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
 from leaky.record.leaves import MadeLeaves
-from leaky.record.step_record import StepBuffer
 from leaky.record.modules import ModuleTracker
 from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateMeter
 from leaky.record.objectives import CouplingMeter, MovingWeights
 from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginRecords
+from leaky.record.params import ParamTable
+from leaky.record.provenance import Provenance
 from leaky.record.run_record import RunRecord, snapshot
 from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
+from leaky.record.step_record import StepBuffer
 from leaky.record.steps import StepTracking
 from leaky.record.warning_source import WarningSource
-from leaky.record.params import ParamTable
 
 # NOTE: an op that can only pass values on (ops.keeps_finite: it copies, selects, bounds or
 # normalises them and never makes one larger than the largest input) has its output checked
@@ -139,6 +139,7 @@ class Recorder(StepTracking):
         self.heap = FrozenHeap()                 # the objects alive on entry, frozen for the collector
         self._exits = ExitStack()                # what __exit__ leaves: every instrument entered
         self.added = instruments.made(self)      # the instruments registered in record/instruments/
+        self.step_enders = [part.end_step for part in self.added.values() if hasattr(part, "end_step")]
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":

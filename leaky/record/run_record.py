@@ -50,7 +50,7 @@ class ParamRecord:
     """The parameters the run trained or held."""
 
     owners: Mapping[int, tuple] = field(default_factory=dict)        # id(param) -> (module key, name in it, param)
-    opt_params: Mapping[int, Any] = field(default_factory=dict)      # id(param) -> param, for every one an optimizer holds
+    opt_params: Mapping[int, Any] = field(default_factory=dict)      # id(param) -> param, each an optimizer holds
     param_group: Mapping[int, tuple[int, int]] = field(default_factory=dict)   # id(param) -> (optimizer, group index)
 
 
@@ -79,7 +79,7 @@ class RunRecord:
     params: ParamRecord
     origins: Any                         # OriginRecords
     taps: Any                            # ForwardTaps
-    parts: Mapping[str, Any] = field(default_factory=dict)   # an added instrument's name -> its part (record/instruments/)
+    parts: Mapping[str, Any] = field(default_factory=dict)   # added instrument's name -> its part (record/instruments/)
 
 
 def snapshot(rec: "Observed") -> RunRecord:
@@ -92,7 +92,8 @@ def snapshot(rec: "Observed") -> RunRecord:
         if idle else None, loss_scaler=lambda: _loss_scaler(rec.heap),
         compiled_module_keys=frozenset(rec.compiled.module_keys), target_syncs=tuple(rec.moving.syncs),
         target_copied=rec.moving.copied, coupled_pairs=frozenset(rec.coupling.pairs),
-        optimizers=tuple(rec.optimizers), units=MappingProxyType(dict(rec.units)), cuts=tuple(rec.cut_records.cuts.values()),
+        optimizers=tuple(rec.optimizers), units=MappingProxyType(dict(rec.units)),
+        cuts=tuple(rec.cut_records.cuts.values()),
         init_sites=MappingProxyType(dict(rec.cut_records.init_sites)),
         param_uses=MappingProxyType({pid: tuple(sites) for pid, sites in rec.feedback.param_uses.items()}),
         batch_records=tuple(rec.batch.records), bypasses=MappingProxyType(dict(rec.bypass.found)),

@@ -290,9 +290,8 @@ class StepTracking:
             self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
             if self.monitor.due():
                 self.flush_series()
-        for part in self.added.values():   # record/instruments/: an added instrument's step ends
-            if hasattr(part, "end_step"):
-                self.guarded(part.end_step, self.step)
+        for end_step in self.step_enders:   # record/instruments/: an added instrument's step ends
+            self.guarded(end_step, self.step)
         self.step += 1
         self._calls_since_step = 0
         if self.on_step is not None:

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from leaky.registry import Registry, discover
-
 from leaky.record.run_record import RunRecord
+from leaky.registry import Registry, discover
 
 Derive = Callable[[RunRecord, Any], Any]
 DERIVED: Registry = Registry("a derived statistic")   # name -> the function that computes it
