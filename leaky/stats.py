@@ -68,6 +68,9 @@ class OpStats:
     # a clamp or step on the loss path: the share of the arriving gradient's mass (Σ|g|, summed
     # over the steps counted) that it sent on as exactly 0 (None: not measured)
     zeroed_mass_share: float | None = None
+    # the population standard deviation over steps of log10 of the per-step gain (whose mean
+    # gives `gain`): 0 when every step had the same gain (None: fewer than 2 steps)
+    gain_spread: float | None = None
 
 
 @dataclass(frozen=True)

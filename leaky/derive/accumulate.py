@@ -33,6 +33,7 @@ class SiteSums:
     log_param: float = 0.0
     n_param: int = 0
     log_gain: float = 0.0
+    log_gain_squared: float = 0.0        # Σ (log10 gain)²: the spread of the gain over steps
     n_gain: int = 0
     nonzero_in: float = 0.0              # arriving nonzero elements, summed over the steps counted
     zeroed: float = 0.0                  # ... of them that left this op as exactly 0
@@ -202,7 +203,9 @@ class StepFolder:
             acc.n_param += 1
         if norm_out is not None and norm_in > 0:
             gain = _log(norm_out / norm_in) if norm_out > 0 else -12.0
-            acc.log_gain += gain if gain is not None else 0.0
+            if gain is not None:
+                acc.log_gain += gain
+                acc.log_gain_squared += gain * gain
             acc.n_gain += 1
         acc.profile = step.profile
 

@@ -133,7 +133,8 @@ class Assembly:
             underflow_share=acc.half_zero / acc.half_numel if acc.half_numel else None,
             subnormal_share=acc.half_subnormal / acc.half_numel if acc.half_numel else None,
             zero_steps=acc.zero_steps, loss_path=site.loss_path,
-            zeroed_mass_share=min(1.0, acc.mass_zeroed / acc.mass_in) if acc.mass_in > 0 else None)
+            zeroed_mass_share=min(1.0, acc.mass_zeroed / acc.mass_in) if acc.mass_in > 0 else None,
+            gain_spread=_spread(acc.log_gain, acc.log_gain_squared, acc.n_gain))
 
     def _activation_stats(self, site: int, units: UnitStats, by_site) -> ActivationStats:
         builder, config = self.builder, self.run.config
@@ -270,6 +271,14 @@ class Assembly:
             weights.append(WeightStats(site, module, name, probe.kind, probe.shape, probe.fan_in, probe.fan_out,
                                        float(probe.std), bool(probe.rows_identical), _source(init_sites.get(pid))))
         return tuple(losses), tuple(inputs), tuple(weights)
+
+
+def _spread(total: float, squared: float, n: int) -> float | None:
+    """The population standard deviation of n values from their sum and sum of squares."""
+    if n < 2:
+        return None
+    mean = total / n
+    return math.sqrt(max(0.0, squared / n - mean * mean))
 
 
 def _share(counts: list[float] | None) -> float | None:
