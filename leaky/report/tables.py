@@ -24,7 +24,7 @@ def param_rows(stats: AuditStats) -> list[dict]:
     return [{"name": p.name, "module": p.module, "shape": list(p.shape), "requires_grad": p.requires_grad,
              "in_optimizer": p.in_optimizer, "grad_steps": p.grad_steps, "grad_norm": p.grad_norm,
              "update_ratio": p.update_ratio, "update_ratio_max": p.update_ratio_max,
-             "zero_update_steps": p.zero_update_steps, "graded_update_steps": p.graded_update_steps}
+             "zero_update_steps": p.zero_update_steps, "graded_update_steps": p.graded_update_steps, "dtype": p.dtype}
             for p in stats.params]
 
 
