@@ -26,6 +26,7 @@ One file per part, composed the way rich composes renderables:
                      step with the findings marked; heatmap.py: layer × step)
     tables.py        Tables: modules, ops, parameters
     svg.py           the chart kit: colours, scales, ticks, text   (linechart.py: line charts)
+    diff.py          the page of `leaky diff A B` (diff.css; overlay.py: A and B drawn overlaid)
     values.py        report values read, written for a person, escaped
 
 Charts are inline SVG written here; CSS and the few lines of JavaScript (open the
@@ -35,6 +36,7 @@ copy of the data escapes `<`, `>` and `&`. See docs/html-report.md.
 """
 from __future__ import annotations
 
+from leaky.report.html.diff import render_diff_html
 from leaky.report.html.page import render_html, run_payload, write_html
 
-__all__ = ["render_html", "run_payload", "write_html"]
+__all__ = ["render_diff_html", "render_html", "run_payload", "write_html"]

@@ -79,13 +79,13 @@ def finding_section(i: int, f: dict, sources: Sources, seen: dict | None, links:
             f'<h3><span class="badge {sev_cls}">{esc(severity.upper())}</span> '
             f'<span class="code">{esc(code)}</span> {esc(name)}</h3>'
             f'<p class="where">{" · ".join(_where(f, seen)) or "&lt;model&gt;"}</p>'
-            f'{links}<p class="msg">{esc(f.get("message") or "")}</p>{_cause(f)}{body}'
+            f'{links}<p class="msg">{esc(f.get("message") or "")}</p>{change_line(f.get("cause"))}{body}'
             f'<p class="fix"><b>Fix</b> {esc(f.get("fix") or "")}</p></section>')
 
 
-def _cause(f: dict) -> str:
-    """The line to change, where the finding names one (report-v1's optional `cause`)."""
-    cause = f.get("cause")
+def change_line(cause: Any) -> str:
+    """The line to change, where a finding (report-v1's optional `cause`) or a diff's parted
+    site (diff-v1's `change`) names one: {"file", "line", "what"}."""
     if not isinstance(cause, dict) or not cause.get("file"):
         return ""
     short, full = source_text(cause)
