@@ -6,6 +6,7 @@
     leaky show RUN [--store PATH]
     leaky fix [--steps K] [--holdout H] [--repeats R] [--json PATH] SCRIPT [script args...]
     leaky probe [--steps K] [--holdout H] [--repeats R] [--json PATH] SCRIPT [script args...]
+    leaky diff A.json B.json | RUN RUN [--store PATH] | --run "train.py --old" --run "train.py --new"
     leaky explain dead-zone | LK106
     leaky demo
 
@@ -16,7 +17,8 @@ have ended (1 for an uncaught exception, N for `sys.exit(N)`, 130 for Ctrl-C), w
 over 1 for findings. The script's traceback, without leaky's frames, follows the report on
 stderr. `fix` ends with 0, 2 when it could judge nothing, or the unfixed run's own status.
 `probe` ends with 0 when every probe passed, 1 when one failed, 2 when none failed and one
-could not run, or the real-input run's own status (PROBE_EXIT_CODES).
+could not run, or the real-input run's own status (PROBE_EXIT_CODES). `diff` ends with 0 when
+B does not part from A beyond the noise, 1 when it does, 2 when no comparison could be made.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ COMMANDS = {"audit": ("leaky.cli.run", "cmd_audit"), "watch": ("leaky.cli.run", 
             "runs": ("leaky.cli.stored", "cmd_runs"), "show": ("leaky.cli.stored", "cmd_show"),
             "report": ("leaky.cli.stored", "cmd_report"), "explain": ("leaky.cli.fix", "cmd_explain"),
             "demo": ("leaky.cli.fix", "cmd_demo"), "fix": ("leaky.cli.fix", "cmd_fix"),
-            "probe": ("leaky.cli.probe", "cmd_probe")}
+            "probe": ("leaky.cli.probe", "cmd_probe"), "diff": ("leaky.cli.diff", "cmd_diff")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,23 @@ PROBE_EXIT_CODES = """exit status:
      uncaught exception; N: sys.exit(N)); its traceback follows on stderr. 130: Ctrl-C"""
 
 
+DIFF_EXIT_CODES = """exit status:
+  0  no difference beyond the noise
+  1  B parts from A: a site's gradient statistics, or the loss curve, differ beyond the noise
+  2  the comparison could not be made (the reason is printed): a side cannot be read or
+     run, or made no optimizer step. 130: Ctrl-C"""
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("expected 0 or more")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -111,6 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog=PROBE_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _rerun_arguments(probe, "score LK309's runs", "real-input runs with shifted seeds that measure LK309's noise",
                      "probe")
+    diff = sub.add_parser("diff", help="compare two runs: the first op, from the loss toward the inputs, where "
+                                       "their gradient flow parted", epilog=DIFF_EXIT_CODES,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    diff.add_argument("sides", nargs="*", metavar="RUN",
+                      help="A, then B: a report written with --json, or a stored run (an id or 'latest', in --store)")
+    diff.add_argument("--run", action="append", default=[], metavar="COMMAND",
+                      help='audit a command here, e.g. --run "train.py --old" --run "train.py --new" (A first); '
+                           "A is run again with shifted seeds to measure the noise")
+    diff.add_argument("--example", metavar="NAME",
+                      help="a built-in broken example (B) against the example that fixes it (A); see leaky demo")
+    diff.add_argument("--store", metavar="PATH", default="leaky-runs.db", help="SQLite run store (default "
+                                                                             "./leaky-runs.db)")
+    diff.add_argument("--steps", type=_positive, default=30, metavar="K",
+                      help="optimizer steps of each run made here (default 30)")
+    diff.add_argument("--reruns", type=_count, default=2, metavar="R",
+                      help="runs of A with shifted seeds that measure the noise, when A is run here (default 2; "
+                           "0: the spread over A's own steps)")
+    diff.add_argument("--json", metavar="PATH", help="write the leaky/diff-v1 JSON result here ('-': stdout)")
+    diff.add_argument("--html", metavar="PATH", help="also write an HTML page overlaying the two runs")
     explain = sub.add_parser("explain", help="print what a check means and how to fix it")
     explain.add_argument("check", nargs="?", help="a check name (dead-zone) or code (LK106); none lists all")
     demo = sub.add_parser("demo", help="audit the built-in broken models next to their fixes")

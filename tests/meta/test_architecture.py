@@ -85,6 +85,10 @@ FORBIDDEN = {
     "leaky.rerun": ("leaky.fix", "leaky.probe", "leaky.cli", "leaky.watch"),
     "leaky.fix": ("leaky.probe",),
     "leaky.probe": ("leaky.fix",),
+    # `leaky diff` compares two reports (report-v1 dicts): it reads no statistic and no check
+    # of its own, and runs a program only through leaky/rerun/
+    "leaky.diff": ("leaky.record", "leaky.derive", "leaky.checks", "leaky.fix", "leaky.probe", "leaky.cli",
+                   "leaky.watch"),
 }
 
 
