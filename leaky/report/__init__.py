@@ -45,6 +45,7 @@ class Report:
     series: tuple[dict, ...] = ()
     batch_probes: tuple[dict, ...] = ()   # LK306: per root model probed, what the probe saw
     unconfirmed: tuple[dict, ...] = ()    # watch: findings announced live that the end no longer reports
+    config: dict = field(default_factory=dict)   # how the run was set up (tables.py config_section)
 
     @property
     def errors(self) -> list[Finding]:
@@ -81,6 +82,7 @@ class Report:
             "series": list(self.series),
             "batch_probes": list(self.batch_probes),
             "unconfirmed": list(self.unconfirmed),
+            "config": self.config,
         })
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -93,9 +95,10 @@ class Report:
 
 
 def build_report(stats: AuditStats, findings: list[Finding], run: dict | None = None) -> Report:
-    from leaky.report.tables import (activation_rows, batch_probe_rows, module_rows, op_rows, param_rows,
-                                     recurrence_rows, series_rows)
+    from leaky.report.tables import (activation_rows, batch_probe_rows, config_section, module_rows, op_rows,
+                                     param_rows, recurrence_rows, series_rows)
 
     return Report(tuple(findings), tuple(module_rows(stats)), tuple(op_rows(stats)),
                   tuple(param_rows(stats)), tuple(recurrence_rows(stats)), dict(run or {}),
-                  tuple(activation_rows(stats)), tuple(series_rows(stats)), tuple(batch_probe_rows(stats)))
+                  tuple(activation_rows(stats)), tuple(series_rows(stats)), tuple(batch_probe_rows(stats)),
+                  config=config_section(stats))
