@@ -9,13 +9,15 @@
         store.add_steps(run, [(0, 2.31, 0.8, False), (1, float("nan"), None, True)])
         store.add_module_stats(run, 1, [{"module": "fc1", "grad_norm": 0.4, "dead_share": 0.1}])
         store.record_finding(run, finding.to_dict(), step=1)   # True the first time it is seen
+        store.save_report(run, report.to_dict())            # the final report, kept whole
         store.end_run(run, "finished")
 
     with Store("leaky-runs.db") as store:
         store.runs()                         # newest first, with counts and `alive`
         store.findings(resolve_run(store, "latest"))
+        store.report(resolve_run(store, "latest"))   # None for a run with no saved report
 
-Every add_* / record_finding / end_run call is one committed transaction, so a
+Every add_* / record_finding / save_report / end_run call is one committed transaction, so a
 process killed with SIGKILL loses at most the call in flight. The file is in WAL
 mode with a busy timeout, so several processes may write to it at once; use one
 Store per thread or process. Non-finite floats are stored as NULL and read back
@@ -70,6 +72,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     ]),
     # the line to change (report-v1's optional `cause`), as JSON {"file", "line", "what"}
     (2, ["ALTER TABLE findings ADD COLUMN cause TEXT"]),
+    # each run's final report (report-v1 JSON), so that `leaky diff` can compare stored runs
+    (3, ["CREATE TABLE reports (run_id INTEGER PRIMARY KEY REFERENCES runs(id), json TEXT NOT NULL)"]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -254,6 +258,12 @@ class Store:
                 (*body, step, step, *key))
             return False
 
+    def save_report(self, run_id: int, report: dict) -> None:
+        """Keep the run's final report (`Report.to_dict()`); saved again, the last one is kept."""
+        with self._write() as conn:
+            conn.execute("INSERT OR REPLACE INTO reports (run_id, json) VALUES (?, ?)",
+                         (run_id, json.dumps(report, default=str)))
+
     def end_run(self, run_id: int, status: str, error: str | None = None) -> None:
         if status not in STATUSES:
             raise StoreError(f"unknown run status {status!r}; expected one of {', '.join(STATUSES)}")
@@ -290,6 +300,11 @@ class Store:
                           " update_ratio FROM module_stats WHERE run_id = ? ORDER BY step, module",
                           (run_id,))
         return [dict(r) for r in rows]
+
+    def report(self, run_id: int) -> dict | None:
+        """The run's final report as saved, or None (a run still going, or stored before version 3)."""
+        rows = self._read("SELECT json FROM reports WHERE run_id = ?", (run_id,))
+        return json.loads(rows[0]["json"]) if rows else None
 
     def findings(self, run_id: int) -> list[dict]:
         """Ordered by first_step (unknown last), then severity (error first), then code."""

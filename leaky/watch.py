@@ -118,6 +118,7 @@ class Watch(Audit):
             status = {"exited": "failed" if error else "finished", "interrupted": "stopped"}.get(status, status)
             if error is None and exc is not None and not isinstance(exc, StopObserving):
                 error = f"{type(exc).__name__}: {exc}"
+            self.store.save_report(self.run_id, self.report.to_dict())
             self.store.end_run(self.run_id, status, error or self.recorder.error)
             self.store.close()
         return False
