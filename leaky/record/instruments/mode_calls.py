@@ -86,7 +86,10 @@ def _user_line(module: nn.Module, frame: FrameType | None) -> tuple[str, int] | 
 
 
 def _own_mode_method(frame: FrameType, module: nn.Module) -> bool:
-    """A `train` or `eval` method running on `module` itself (torch's `eval`, a subclass's override)."""
+    """A `train` or `eval` method of `module`'s class running on `module` itself (torch's `eval`,
+    a subclass's override): not the script's own function that happens to be called `train`."""
     code = frame.f_code
-    return (code.co_name in ("train", "eval") and code.co_argcount > 0
-            and frame.f_locals.get(code.co_varnames[0]) is module)
+    if code.co_name not in ("train", "eval") or not code.co_argcount:
+        return False
+    defined = any(getattr(vars(cls).get(code.co_name), "__code__", None) is code for cls in type(module).__mro__)
+    return defined and frame.f_locals.get(code.co_varnames[0]) is module

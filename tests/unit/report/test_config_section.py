@@ -105,6 +105,20 @@ def test_the_scripts_train_and_eval_calls_one_per_call_at_its_line():
     assert [probe["batchnorm_eval"] for probe in audit.report.to_dict()["batch_probes"]] == [["body.1"]]
 
 
+def train(model: nn.Module) -> None:
+    """A script's own function named like the method: its line is where the call is."""
+    model.train()  # own train
+
+
+def test_a_call_inside_the_scripts_own_train_function_is_at_its_line():
+    with leaky.audit() as audit:
+        model = Net()
+        train(model)
+        model(torch.randn(8, 4)).sum().backward()
+    (call,) = audit.report.to_dict()["config"]["modes"]
+    assert call["mode"] == "train" and _at(call["source"], "own train")
+
+
 def test_the_patch_is_gone_after_the_run_and_after_an_error():
     assert nn.Module.__dict__["train"] is _TRAIN
     _run(steps=1)
