@@ -41,7 +41,9 @@ def _side(op: dict | None) -> dict | None:
 
 
 def _name(op: dict) -> str:
-    return f"`{op.get('module') or '<script>'}` (`{op['op']}` at {_where(op.get('source'))})"
+    if op.get("module") is None:
+        return f"`{op['op']}` at {_where(op.get('source'))} (outside any module)"
+    return f"`{op['module']}` (`{op['op']}` at {_where(op.get('source'))})"
 
 
 def _value(stat: str, value) -> str:
@@ -63,8 +65,9 @@ def _meaning(stat: str, pair: Pair, a, b) -> str:
         return f"{_name(pair.a)} is not in B's backward pass, where in A {_value(stat, a)} {_SAID[stat]}"
     who = f"in B, {_name(pair.b)}"
     if pair.status == "changed_op":
-        who = (f"in B, `{pair.b.get('module') or '<script>'}` (`{pair.a['op']}` at {_where(pair.a.get('source'))} "
-               f"in A) is `{pair.b['op']}` at {_where(pair.b.get('source'))}, and")
+        where = f"`{pair.b['module']}` " if pair.b.get("module") is not None else "the op "
+        who = (f"in B, {where}(`{pair.a['op']}` at {_where(pair.a.get('source'))} in A) is `{pair.b['op']}` at "
+               f"{_where(pair.b.get('source'))}, and")
     if stat == "zeroed_share":
         return f"{who} zeroes {y} of the gradient that reaches it (A: {x})"
     if stat == "gain":

@@ -1,8 +1,8 @@
 """Where two loss curves part, per optimizer.
 
 Each curve is smoothed by a trailing mean over WINDOW steps (one batch's loss is noisy).
-The chance gap between two runs of the same program is the root-mean-square gap between A
-and its re-runs with shifted seeds, step by step; without re-runs, the scatter of A's own
+The chance gap between two runs of the same program is the larger of the root-mean-square
+gap between A and its re-runs with shifted seeds, step by step, and the scatter of A's own
 losses around its smoothed curve, as the error of a mean of WINDOW of them, for each of the
 two curves. B parts from A at the first step from which its smoothed loss stays more than
 SPREAD times that gap, and more than FLOOR of A's own level, away from A's for WINDOW steps
@@ -41,14 +41,16 @@ def _rms(gaps: list[float]) -> float:
 
 
 def chance_gap(a: list[float | None], reruns: list[list[float | None]]) -> float:
-    """The root-mean-square gap between smoothed curves of the same program by chance."""
+    """The root-mean-square gap between smoothed curves of the same program by chance: the
+    larger of the gap between A and its re-runs and the scatter of A's own steps.
+
+    NOTE: both, not the re-runs alone: a re-run shifts the seeds given to torch, random and
+    numpy, not a seed given to a torch.Generator of the program's own (a data loader's), so
+    it can miss the batch-to-batch scatter that another data seed brings."""
     smooth_a = _smooth(a)
-    if reruns:
-        gaps = [y - x for rerun in reruns for x, y in zip(smooth_a, _smooth(rerun))
-                if x is not None and y is not None]
-        return _rms(gaps)
+    gaps = [y - x for rerun in reruns for x, y in zip(smooth_a, _smooth(rerun)) if x is not None and y is not None]
     residuals = [v - s for v, s in zip(a, smooth_a) if v is not None and s is not None and math.isfinite(v)]
-    return math.sqrt(2.0) * _rms(residuals) / math.sqrt(WINDOW)
+    return max(_rms(gaps), math.sqrt(2.0) * _rms(residuals) / math.sqrt(WINDOW))
 
 
 def parted_at(a: list[float | None], b: list[float | None], gap: float) -> int | None:

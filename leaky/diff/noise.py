@@ -83,10 +83,11 @@ class Noise:
 
     def describe(self) -> str:
         if self.source == "reruns":
-            return (f"A run again {self.reruns} time(s) with its seeds shifted; a difference counts beyond "
-                    f"{SPREAD:g}x the root-mean-square movement between those runs and the floors")
-        return ("from the spread over A's and B's own steps and the floors (no re-run of A: the "
-                "comparison of two reports cannot run A again)")
+            shifts = ", ".join(f"+{k}" for k in range(1, self.reruns + 1))
+            return (f"A run again with its seeds shifted by {shifts}; a difference counts beyond {SPREAD:g}x the "
+                    f"root-mean-square movement between those runs, and beyond its floor")
+        return ("from the spread over A's and B's own steps, and the floors (A is a report or a stored run: "
+                "it cannot be run again to measure the noise)")
 
 
 def _mean_error(a: dict, b: dict) -> float:

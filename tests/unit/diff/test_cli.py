@@ -92,3 +92,19 @@ def test_a_script_that_never_steps_is_exit_2(tmp_path, capsys):
     assert main(["diff", "--json", str(out), "--run", str(script), "--run", PROGRAM]) == 2
     data = json.loads(out.read_text())
     assert data["verdict"] == "unusable" and "no optimizer step" in data["reason"]
+
+
+def test_two_stored_watch_runs(tmp_path, capsys):
+    """`leaky watch` keeps each run's final report in its store; `leaky diff 1 latest` reads them."""
+    store = str(tmp_path / "runs.db")
+    for script in (PROGRAM, _clamped(tmp_path)):
+        assert main(["watch", "--every", "2", "--store", store, "--fail-on", "never", script]) == 0
+    capsys.readouterr()
+    out = tmp_path / "d.json"
+    assert main(["diff", "1", "latest", "--store", store, "--json", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert data["a"]["kind"] == data["b"]["kind"] == "stored"
+    assert data["a"]["steps"] == 160   # the whole script: 20 epochs of 8 batches
+    assert data["first_parted"]["b"]["op"] == "clamp"
+    assert main(["diff", "1", "3", "--store", store]) == 2
+    assert "run" in capsys.readouterr().err
