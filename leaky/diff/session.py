@@ -88,7 +88,8 @@ def made_run(label: str, kind: str, program: Callable[[], None], steps: int, off
 
     # NOTE: the step control stops the program one step after the audit's last, so the audit
     # ends its K-th step in full
-    trial = run_trial(program, None, offset, steps + 1, 0, steps, label=label, on_step=on_step)
+    trial = run_trial(program, None, offset, steps + 1, 0, steps, label=label, on_step=on_step,
+                      fresh_imports=True)
     if trial.report is None or not trial.steps:
         why = trial.error or "no optimizer step was observed"
         raise DiffError(f"{label} made no optimizer step to compare ({why})")

@@ -78,10 +78,12 @@ def render_diff(console: Console, data: dict) -> None:
             console.print(Text(f"  {finding['run']}: {finding['code']} {finding['name']} ({finding['severity']}) "
                                f"at {_where(finding.get('source'))}", style="dim"))
         console.print(WholeWords(site_table(data)))
+    one_side = [sum(entry["status"] == status for entry in data["sites"]) for status in ("only_a", "only_b")]
+    if any(one_side):
+        console.print(Text(f"Sites on one side only: {one_side[0]} in A's backward pass only, {one_side[1]} in B's "
+                           "(all of them in the JSON and the HTML page).", style="dim"))
     for row in data["loss"]:
-        if row["parted_at"] is not None:
-            console.print(Text(f"Loss (optimizer {row['optimizer']}): {row['meaning']}.", style="yellow"))
-        elif row.get("meaning"):
+        if row.get("meaning"):
             console.print(Text(f"Loss (optimizer {row['optimizer']}): {row['meaning']}.", style="yellow"))
     if data["config"]:
         config = Table(title="set-up differences leaky saw", title_justify="left")

@@ -235,6 +235,32 @@ class StepControl:
         return host(self.losses), host(self.holdout)
 
 
+class FreshImports:
+    """Forget, after the run, the modules the program imported from outside the Python
+    installation and leaky (the user's own, beside the script), so that the next run imports
+    them again, from its own folder: two copies of a project (`leaky diff --run old/train.py
+    --run new/train.py`) each run their own `model.py`, and a module that seeds or builds
+    something when imported does so again, as `python SCRIPT` would."""
+
+    def __enter__(self) -> "FreshImports":
+        self._before = set(sys.modules)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import os
+        import site
+        import sysconfig
+
+        kept = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                              sysconfig.get_paths().get("stdlib") or sys.prefix,
+                                              os.path.dirname(os.path.dirname(__file__)))}
+        kept |= {os.path.abspath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+        for name in set(sys.modules) - self._before:
+            file = getattr(sys.modules.get(name), "__file__", None)
+            if file and not any(os.path.abspath(file).startswith(root + os.sep) for root in kept):
+                del sys.modules[name]
+
+
 class SeedOffset:
     """Shift every seed the program sets by `offset`; seed the global generators first."""
 
@@ -271,10 +297,12 @@ class SeedOffset:
 
 def run_trial(program: Callable[[], None], make_changes: Callable[[], Changes] | None, offset: int, steps: int,
               holdout: int, audit_steps: int, label: str | None = None, holdout_fix: Callable | None = None,
-              on_step: Callable[[int, int], None] | None = None, freeze_modules: bool = False) -> Trial:
+              on_step: Callable[[int, int], None] | None = None, freeze_modules: bool = False,
+              fresh_imports: bool = False) -> Trial:
     """Run `program` once under a seed offset, optional `Changes`, an audit and the step control.
     `freeze_modules`: after step K, what the program writes into its modules outside the
-    optimizer (a target network's sync) is undone too (`FrozenModules`)."""
+    optimizer (a target network's sync) is undone too (`FrozenModules`). `fresh_imports`: the
+    user's own modules it imported are forgotten after it (`FreshImports`)."""
     fix = make_changes() if make_changes is not None else None
     audit = Audit(config=AuditConfig(steps=min(audit_steps, steps)))
     seen = (lambda: [info.module for info in audit.recorder.modules.infos]) if freeze_modules else None
@@ -282,7 +310,8 @@ def run_trial(program: Callable[[], None], make_changes: Callable[[], Changes] |
     output = io.StringIO()
     status, failure = "finished", None
     start = time.perf_counter()
-    with SeedOffset(offset), (fix or contextlib.nullcontext()), control, audit, \
+    with (FreshImports() if fresh_imports else contextlib.nullcontext()), SeedOffset(offset), \
+            (fix or contextlib.nullcontext()), control, audit, \
             (fix.outer() if fix else contextlib.nullcontext()):
         try:
             with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):

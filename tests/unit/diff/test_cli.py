@@ -108,3 +108,34 @@ def test_two_stored_watch_runs(tmp_path, capsys):
     assert data["first_parted"]["b"]["op"] == "clamp"
     assert main(["diff", "1", "3", "--store", store]) == 2
     assert "run" in capsys.readouterr().err
+
+
+def test_two_copies_of_a_project_each_run_their_own_model_module(tmp_path, capsys):
+    """`--run old/train.py --run new/train.py` in one process: each run imports its own
+    folder's model.py (the first one's is forgotten after it), as two `python` runs would."""
+    with open(PROGRAM, encoding="utf-8") as handle:
+        text = handle.read()
+    start, end = text.index("class Net"), text.index("model = Net()")
+    train = "from model import Net\n" + text[:start] + text[end:]
+    model = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nD, H, K = 16, 64, 4\n\n\n" \
+        + text[start:end]
+    for name, body in (("old", model), ("new", model.replace("F.gelu(self.fc2(h))", "torch.clamp(self.fc2(h), 0, 1)"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.py").write_text(body)
+        (tmp_path / name / "train.py").write_text(train)
+    out = tmp_path / "d.json"
+    assert main(["diff", "--steps", "10", "--reruns", "1", "--json", str(out), "--run", str(tmp_path / "old" / "train.py"),
+                 "--run", str(tmp_path / "new" / "train.py")]) == 1
+    first = json.loads(out.read_text())["first_parted"]
+    assert first["b"]["op"] == "clamp" and first["b"]["source"]["file"] == str(tmp_path / "new" / "model.py")
+
+
+def test_the_python_api_compares_two_report_dicts(tmp_path, capsys):
+    from leaky.diff import compare_reports
+
+    a = json.loads(open(_audit_json(tmp_path, "a", PROGRAM)).read())
+    b = json.loads(open(_audit_json(tmp_path, "b", _clamped(tmp_path))).read())
+    assert compare_reports(a, a)["verdict"] == "same"
+    result = compare_reports(a, b)
+    assert result["verdict"] == "parted" and result["first_parted"]["b"]["op"] == "clamp"
+    assert result["noise"]["source"] == "steps"
