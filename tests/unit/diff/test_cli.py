@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -133,8 +134,8 @@ def test_two_copies_of_a_project_each_run_their_own_model_module(tmp_path, capsy
 def test_the_python_api_compares_two_report_dicts(tmp_path, capsys):
     from leaky.diff import compare_reports
 
-    a = json.loads(open(_audit_json(tmp_path, "a", PROGRAM)).read())
-    b = json.loads(open(_audit_json(tmp_path, "b", _clamped(tmp_path))).read())
+    a = json.loads(Path(_audit_json(tmp_path, "a", PROGRAM)).read_text())
+    b = json.loads(Path(_audit_json(tmp_path, "b", _clamped(tmp_path))).read_text())
     assert compare_reports(a, a)["verdict"] == "same"
     result = compare_reports(a, b)
     assert result["verdict"] == "parted" and result["first_parted"]["b"]["op"] == "clamp"
