@@ -36,6 +36,16 @@ class Pair:
         return side["_rank"], 0 if self.b is not None else 1
 
 
+def module_types(report: dict) -> dict[str, str]:
+    """Module path -> class name, from a report's `modules[]`."""
+    return {row["module"]: row.get("type") or "" for row in report.get("modules") or []}
+
+
+def align_reports(a: dict, b: dict) -> list[Pair]:
+    """`align` on two reports' sites."""
+    return align(a.get("ops") or [], b.get("ops") or [], module_types(a), module_types(b))
+
+
 def _token(op: dict, types: dict[str, str]) -> tuple:
     return op["op"], types.get(op.get("module") or "", "")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from leaky.diff.align import Pair, align
+from leaky.diff.align import Pair, align_reports
 from leaky.diff.config import compare_config
 from leaky.diff.loss import compare_losses
 from leaky.diff.noise import LOG_SCALE, Noise, scaled, site_stats
@@ -212,9 +212,7 @@ def _entry(pair: Pair, a: dict, b: dict, stats_a: dict, stats_b: dict, noise: No
 def compare(a: dict, b: dict, noise: Noise, reruns: list[dict] | None = None) -> dict:
     """The comparison of report `b` against report `a` (report-v1 dicts): every aligned site
     from the loss toward the inputs, the first parted one, the loss curves, the set-up."""
-    types_a = {row["module"]: row.get("type") or "" for row in a.get("modules") or []}
-    types_b = {row["module"]: row.get("type") or "" for row in b.get("modules") or []}
-    pairs = align(a.get("ops") or [], b.get("ops") or [], types_a, types_b)
+    pairs = align_reports(a, b)
     stats_a, stats_b = site_stats(a), site_stats(b)
     config = compare_config(a, b)
     findings = _finding_sets(a, b)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from leaky.diff.align import align
+from leaky.diff.align import align_reports
 
 # NOTE: 4 root-mean-square chance movements: with one or two re-runs the estimate of that
 # movement is itself rough (one or two degrees of freedom), and every site's every statistic
@@ -106,10 +106,9 @@ def from_reruns(base: dict, reruns: list[dict]) -> Noise:
     same program, seeds shifted), each re-run aligned to `base` site by site."""
     squares: dict[tuple[int, str], list[float]] = {}
     base_stats = site_stats(base)
-    types = _types(base)
     for rerun in reruns:
         rerun_stats = site_stats(rerun)
-        for pair in align(base.get("ops") or [], rerun.get("ops") or [], types, _types(rerun)):
+        for pair in align_reports(base, rerun):
             if pair.a is None or pair.b is None or pair.status != "same":
                 continue
             for stat, value in base_stats[pair.a["site"]].items():
@@ -119,6 +118,3 @@ def from_reruns(base: dict, reruns: list[dict]) -> Noise:
     rms = {key: math.sqrt(sum(values) / len(values)) for key, values in squares.items()}
     return Noise("reruns", len(reruns), rms)
 
-
-def _types(report: dict) -> dict[str, str]:
-    return {row["module"]: row.get("type") or "" for row in report.get("modules") or []}
