@@ -219,6 +219,11 @@ class AuditConfig:
     # weights unable to take their step is likely harm, nearly all of them an error.
     rounded_update_warning: float = 0.5
     rounded_update_error: float = 0.9
+    # LK401/LK402: DDP gives every rank the same bytes of the averaged gradient and the same
+    # step, so replicas are bitwise equal; only the float64 rounding of the fingerprint itself
+    # (a norm of n terms: relative error <= n·2^-53, 1e-7 at n = 10^9 elements) may differ.
+    # A relative spread (max - min) / max over the ranks above this is a real difference.
+    replica_tolerance: float = 1e-6
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
     # Raise leaky's own internal errors instead of warning and observing no further.

@@ -68,14 +68,45 @@ class Exchanged(NamedTuple):
 
     units: dict[int, dict] | None   # activation counters summed across ranks (reduce_units); None: layouts differ
     events: list[dict]              # each rank's first non-finite event, with its rank; [] when not asked
+    replicas: torch.Tensor | None = None   # (2, rows, k): each replica fingerprint's max and min over the ranks
 
 
-def exchange(units: dict, event: dict | None, events_wanted: bool) -> Exchanged:
+def exchange(units: dict, event: dict | None, events_wanted: bool,
+             fingerprints: tuple[torch.Tensor | None, int] = (None, 0)) -> Exchanged:
     """The one exchange of a sampled step, called by every rank at the same step (DDP keeps
     ranks in step; record/steps.py, after the step's flush): the activation counters summed,
-    and, while `events_wanted`, every rank's first non-finite event (`event`: this rank's).
-    derive/ranks.py folds what it returns; it makes no collective call of its own."""
-    return Exchanged(reduce_units(units), gather_events(event) if events_wanted else [])
+    while `events_wanted`, every rank's first non-finite event (`event`: this rank's), and the
+    spread of the replica fingerprints (`fingerprints`: this rank's and its layout's signature).
+    derive/ranks.py and record/instruments/replicas.py fold what it returns; neither makes a
+    collective call of its own."""
+    return Exchanged(reduce_units(units), gather_events(event) if events_wanted else [], spread(*fingerprints))
+
+
+def spread(fingerprints: torch.Tensor | None, signature: int) -> torch.Tensor | None:
+    """(2, rows, k): the largest and the smallest value of each fingerprint over the ranks;
+    None when no rank has any, or when their layouts differ (then nothing is compared).
+
+    Two all-reduces (MAX) of small tensors: the row count and the layout's signature with their
+    negatives (equal everywhere iff max == -max(-x)), then cat([f, -f]), whose halves give the
+    max and, negated, the min of every element. Called by every rank at every sampled step."""
+    device = _collective_device()
+    rows = 0 if fingerprints is None else fingerprints.shape[0]
+    header = torch.tensor([rows, signature, -rows, -signature], dtype=torch.int64, device=device)
+    dist.all_reduce(header, op=dist.ReduceOp.MAX)
+    high, low = header[:2].tolist(), (-header[2:]).tolist()
+    if not rows or high != low:
+        return None
+    flat = fingerprints.to(device).reshape(-1)
+    both = torch.cat([flat, -flat])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return torch.stack([both[:flat.numel()], -both[flat.numel():]]).reshape(2, *fingerprints.shape)
+
+
+def _collective_device() -> torch.device:
+    """Where the process group's collectives take their tensors: the current GPU under NCCL."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def gather_events(local: dict | None) -> list[dict]:
@@ -190,5 +221,5 @@ def sum_across_ranks(values: list) -> list:
     return list(stacked)
 
 
-__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "gather_events", "is_dtensor", "local", "materialise",
+__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "spread", "gather_events", "is_dtensor", "local", "materialise",
            "sharded_squares", "sum_across_ranks", "torch", "total_norm"]

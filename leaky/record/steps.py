@@ -372,8 +372,12 @@ class StepTracking:
         """The exchange across ranks, on every rank at the same sampled step (DDP keeps ranks in step)."""
         sink = self.builder
         wanted = sink.events_wanted
-        sink.merge_ranks(distributed.exchange(self.units, self._described(sink.first_nonfinite()) if wanted else None,
-                                              wanted))
+        replicas = self.added.get("replicas")   # record/instruments/replicas.py: DDP's replicas compared
+        exchanged = distributed.exchange(self.units, self._described(sink.first_nonfinite()) if wanted else None,
+                                         wanted, replicas.fingerprints() if replicas is not None else (None, 0))
+        sink.merge_ranks(exchanged)
+        if replicas is not None:
+            replicas.compared(self.step, exchanged.replicas)
 
     def _described(self, event: tuple | None) -> dict | None:
         """A non-finite event (phase, step, site, value) told without this rank's site numbers."""
