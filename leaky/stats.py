@@ -71,6 +71,9 @@ class OpStats:
     # the population standard deviation over steps of log10 of the per-step gain (whose mean
     # gives `gain`): 0 when every step had the same gain (None: fewer than 2 steps)
     gain_spread: float | None = None
+    # its place in one step's forward, 0 first: first_seq's order, with a site first seen at a
+    # later step placed right after the op recorded before it there (derive: forward_positions)
+    position: int | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ the spectral radius of each recurrence, the per-module table.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 import math
 from collections import defaultdict
@@ -43,7 +45,8 @@ class Assembly:
     def stats(self) -> AuditStats:
         run, builder = self.run, self.builder
         idle = run.optimizer_exists and not run.saw_optimizer and run.backward_calls >= 2
-        ops = tuple(self._op_stats(site) for site in self.sites)
+        places = forward_positions(self.sites)
+        ops = tuple(dataclasses.replace(self._op_stats(site), position=places.get(site.index)) for site in self.sites)
         by_site = {op.site: op for op in ops}
         activations = tuple(self._activation_stats(site, units, by_site) for site, units in run.units.items())
         pairs = list(self._param_stats())
@@ -344,3 +347,25 @@ def _death_steps(last_fired: np.ndarray, observed: list[int]) -> tuple[tuple[int
     seen = [observed[min(int(i), len(observed) - 1)] for i in after]
     return tuple(int(s) + 1 for s in fired), tuple(int(s) for s in seen)
 
+
+def forward_positions(sites) -> dict[int, int]:
+    """Each site's place in one step's forward (0 first). A site's `after` is the op recorded
+    just before it in the step where it first ran: walked depth first from the sites with
+    none, each site followed by the sites recorded after it, the later-made first (a site
+    new at step 8 between two sites of step 0 is nearer its predecessor than the step-0
+    site that followed it then). On a step-0 chain this is first_seq's order."""
+    children: dict[int | None, list] = {}
+    for site in sites:
+        parent = site.after if site.after is not None and site.after != site.index else None
+        children.setdefault(parent, []).append(site)
+    places: dict[int, int] = {}
+    stack = sorted(children.get(None, []), key=lambda s: s.first_seq)   # popped last-made first
+    while stack:
+        site = stack.pop()
+        if site.index in places:
+            continue
+        places[site.index] = len(places)
+        stack += sorted(children.get(site.index, []), key=lambda s: s.first_seq)
+    for site in sites:   # none is left out (an `after` outside the table)
+        places.setdefault(site.index, len(places))
+    return places

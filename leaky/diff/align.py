@@ -52,7 +52,10 @@ def _token(op: dict, types: dict[str, str]) -> tuple:
 
 def _ranked(ops: list[dict]) -> list[dict]:
     """The sites in forward order, each given its relative place `_rank` in [0, 1]."""
-    ordered = sorted(ops, key=lambda op: (op.get("order") or 0, op["site"]))
+    # NOTE: `position` (the place in one step's forward), where the report has it: `order` is
+    # when a site was first made, so a dropout that first runs at step 8 would sort last
+    ordered = sorted(ops, key=lambda op: (op["position"] if op.get("position") is not None else op.get("order") or 0,
+                                          op["site"]))
     last = max(len(ordered) - 1, 1)
     return [dict(op, _rank=i / last) for i, op in enumerate(ordered)]
 

@@ -17,7 +17,7 @@ from leaky.diff.loss import compare_losses
 from leaky.diff.noise import LOG_SCALE, Noise, scaled, site_stats
 from leaky.numbers import num, pct
 
-STATS = ("zeroed_share", "gain", "dead_share", "flat_share", "update_ratio", "nonfinite")
+STATS = ("backward_share", "zeroed_share", "gain", "dead_share", "flat_share", "update_ratio", "nonfinite")
 # which set-up differences explain which statistic, nearest cause first
 RELEVANT = {"update_ratio": ("learning_rate", "input", "init", "dtype", "mode"),
             "gain": ("init", "input", "mode", "dtype", "learning_rate"),
@@ -26,6 +26,7 @@ RELEVANT = {"update_ratio": ("learning_rate", "input", "init", "dtype", "mode"),
             "zeroed_share": ("input", "mode", "init", "learning_rate", "dtype"),
             "nonfinite": ("dtype", "learning_rate", "input", "init", "mode"),
             "backward_steps": ("mode", "init", "input", "learning_rate", "dtype"),
+            "backward_share": ("mode", "init", "input", "learning_rate", "dtype"),
             "site": ("mode", "init", "input", "learning_rate", "dtype")}
 
 
@@ -49,7 +50,7 @@ def _name(op: dict) -> str:
 def _value(stat: str, value) -> str:
     if value is None:
         return "n/a"
-    if stat in ("zeroed_share", "dead_share", "flat_share"):
+    if stat in ("zeroed_share", "dead_share", "flat_share", "backward_share"):
         return pct(value)
     if stat == "nonfinite":
         return f"{int(value)}"
@@ -78,10 +79,13 @@ def _meaning(stat: str, pair: Pair, a, b) -> str:
         return f"{who} has {y} of its unit-samples where its derivative is near 0 (A: {x})"
     if stat == "update_ratio":
         return f"{who} moves its weights by {y} of their norm per step (A: {x})"
+    if stat == "backward_share":
+        return f"{who} has the gradient pass through it on {y} of the observed steps (A: {x})"
     return f"{who} produces non-finite values at {y} step(s) (A: {x})"
 
 
-_SAID = {"zeroed_share": "of the gradient reaching it was zeroed there", "dead_share": "of its units were dead",
+_SAID = {"backward_share": "of the steps passed the gradient through it",
+         "zeroed_share": "of the gradient reaching it was zeroed there", "dead_share": "of its units were dead",
          "flat_share": "of its unit-samples were flat", "nonfinite": "non-finite values were born there",
          "gain": "was its gain", "update_ratio": "was its update ratio"}
 
@@ -168,7 +172,7 @@ def _change(entry: dict, pair: Pair, config: list[dict], only_b: list[dict]) -> 
         rows = [r for r in config if r["kind"] == kind and r["source_b"]]
         row = next((r for r in rows if r.get("module") == module), rows[0] if rows else None)
         if row is not None:
-            return dict(row["source_b"], what=f"{row['what']}: {row['b']} in B, {row['a']} in A")
+            return dict(row["source_b"], what=row.get("why") or f"{row['what']}: {row['b']} in B, {row['a']} in A")
     side = pair.b or pair.a
     if side.get("source"):
         return dict(side["source"], what=f"`{side['op']}` in {'B' if pair.b else 'A'}")

@@ -11,6 +11,7 @@ scale beyond 2x.
 from __future__ import annotations
 
 import math
+import os
 
 from leaky.numbers import num
 
@@ -100,16 +101,26 @@ def _inputs(a: list[dict], b: list[dict]) -> list[dict]:
 
 
 def _modes(a: list[dict], b: list[dict]) -> list[dict]:
+    """The train()/eval() calls, as a sequence of modes (not the modules' names or classes,
+    which a rename changes). Where they part, the line in B is B's call there, or, when B
+    makes fewer calls, its last one: the mode it leaves the model in."""
     def said(calls):
         return ", ".join(f"{c.get('module') or c.get('type')}.{c.get('mode')}()" for c in calls) or "none"
 
-    # NOTE: the modes in order, not the modules' names or classes, which a rename changes
     if [c.get("mode") for c in a] == [c.get("mode") for c in b]:
         return []
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x.get("mode") != y.get("mode")), min(len(a), len(b)))
     x = a[first] if first < len(a) else {}
-    y = b[first] if first < len(b) else {}
-    return [_row("train/eval calls", said(a), said(b), x.get("source"), y.get("source"), "mode")]
+    y = b[first] if first < len(b) else (b[-1] if b else {})
+    row = _row("train/eval calls", said(a), said(b), x.get("source"), y.get("source"), "mode")
+    if first >= len(b) and b:
+        row["why"] = (f"train/eval calls: B's last is {said([y])} at {_line(y.get('source'))}, which stays in force; "
+                       f"A then calls {said([x])} at {_line(x.get('source'))}")
+    return [row]
+
+
+def _line(source) -> str:
+    return "an unknown line" if not source else f"{os.path.basename(source['file'])}:{source['line']}"
 
 
 def compare_config(a: dict, b: dict) -> list[dict]:

@@ -26,8 +26,10 @@ SPREAD = 4.0
 # example: a gain 1.5x off (log10 0.18) compounds to 57x over 10 layers; an update ratio 2x
 # off is a learning rate 2x off; 5 percentage points of the gradient zeroed, of units dead or
 # of unit-samples flat is the smallest share the checks report as a trend.
+# A site's backward running on a share of the steps 20 points apart (an expert routed to
+# less often, a branch taken on fewer steps) is the least that changes which steps train it.
 FLOORS = {"gain": math.log10(1.5), "update_ratio": math.log10(2.0), "zeroed_share": 0.05,
-          "dead_share": 0.05, "flat_share": 0.05, "nonfinite": 0.5}
+          "dead_share": 0.05, "flat_share": 0.05, "nonfinite": 0.5, "backward_share": 0.2}
 LOG_SCALE = frozenset({"gain", "update_ratio"})
 
 
@@ -41,9 +43,9 @@ def scaled(stat: str, value: float | None) -> float | None:
 
 
 def site_stats(report: dict) -> dict[int, dict[str, float | None]]:
-    """Per site id of a report: each statistic the comparison reads (gain, zeroed share,
-    dead and flat share of its units, its module's update ratio where the site trains a
-    parameter, non-finite findings at it)."""
+    """Per site id of a report: each statistic the comparison reads (the share of steps its
+    backward ran on, gain, zeroed share, dead and flat share of its units, its module's
+    update ratio where the site trains a parameter, non-finite findings at it)."""
     units = {row["site"]: row for row in report.get("activations") or []}
     ratios = {row["module"]: row.get("update_ratio") for row in report.get("modules") or []}
     bad = {}
@@ -51,6 +53,9 @@ def site_stats(report: dict) -> dict[int, dict[str, float | None]]:
         if finding.get("name") == "non-finite" and finding.get("source"):
             key = (finding.get("module"), finding.get("op"), finding["source"].get("line"))
             bad[key] = bad.get(key, 0) + 1
+    run = report.get("run") or {}
+    # NOTE: the steps observed in detail (a watch's sampled ones), on which a site's backward is counted
+    observed = run.get("sampled_steps") or run.get("steps") or len(report.get("series") or []) or 0
     stats = {}
     for op in report.get("ops") or []:
         unit = units.get(op["site"], {})
@@ -60,6 +65,8 @@ def site_stats(report: dict) -> dict[int, dict[str, float | None]]:
             "dead_share": unit.get("dead_share"), "flat_share": unit.get("flat_share"),
             "update_ratio": ratios.get(op.get("module")) if op.get("grad_param") is not None else None,
             "nonfinite": float(bad.get((op.get("module"), op.get("op"), line), 0)),
+            # the share of the observed steps on which its backward ran (0 on both sides: not compared)
+            "backward_share": min(1.0, (op.get("steps") or 0) / observed) if observed and op.get("steps") else None,
         }
     return stats
 

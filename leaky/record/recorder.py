@@ -203,6 +203,10 @@ class Recorder(StepTracking):
         except Exception as exc:
             self.fail(exc)
 
+    def across_ranks(self, provide, receive) -> None:
+        """An instrument's values summed over the ranks at each flush of the series (InstrumentHost)."""
+        self.monitor.riders.append((provide, receive))
+
     def _hook_steps(self) -> None:
         self._handles.append(optim_globals.register_optimizer_step_pre_hook(self._step_hooks[0]))
         self._handles.append(optim_globals.register_optimizer_step_post_hook(self._step_hooks[1]))
@@ -307,6 +311,7 @@ class Recorder(StepTracking):
                 stack += [fn for (fn, _), kind in zip(nexts, kinds) if kind == 1]
         if first_site is None:
             return   # an op on a parameter only (w.t(), an autocast copy): no activation here
+        self.sites.last = first_site
         out = outputs[0]
         traits = ops.traits(op)
         floating = out.is_floating_point()

@@ -60,6 +60,10 @@ class Site:
     first_seq: int               # creation order of its first node: forward order
     detail: dict[str, Any] = field(default_factory=dict)
     loss_path: bool = False      # reached from a loss with no layer between (record/loss_path.py)
+    # the site recorded just before it in the forward of the step where it first ran (None:
+    # the first of that step): places a site first seen at a later step (a dropout that runs
+    # once the model is back in train()) in the forward order, where first_seq cannot
+    after: int | None = None
 
 
 class SiteTable:
@@ -68,6 +72,7 @@ class SiteTable:
     def __init__(self) -> None:
         self.sites: list[Site] = []
         self._index: dict[tuple, int] = {}
+        self.last: int | None = None   # the site of the step's last recorded op (Site.after); None at a step's start
 
     def find(self, op: str, node: str, module_key: int | None, where: tuple[str, int] | None) -> int | None:
         """The site already interned for this op, node, module and place, if any."""
@@ -80,7 +85,7 @@ class SiteTable:
         if index is None:
             index = len(self.sites)
             file, line = (where[0], where[1]) if where is not None else (None, None)
-            self.sites.append(Site(index, op, node, module_key, file, line, seq, dict(detail or {})))
+            self.sites.append(Site(index, op, node, module_key, file, line, seq, dict(detail or {}), after=self.last))
             self._index[key] = index
         return index
 

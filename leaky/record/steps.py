@@ -294,6 +294,7 @@ class StepTracking:
             self.guarded(end_step, self.step)
         self.step += 1
         self._calls_since_step = 0
+        self.sites.last = None
         if self.on_step is not None:
             self.on_step(self)
         limit = self.config.steps

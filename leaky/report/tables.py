@@ -26,7 +26,7 @@ def op_rows(stats: AuditStats) -> list[dict]:
         "source": source_row(op.source), "order": op.first_seq, "steps": op.steps,
         "occurrences_per_step": op.occurrences,
         "grad_in": op.grad_in, "grad_out": op.grad_out, "grad_param": op.grad_param, "gain": op.gain,
-        "zeroed_share": op.zeroed_share, "gain_spread": op.gain_spread,
+        "zeroed_share": op.zeroed_share, "gain_spread": op.gain_spread, "position": op.position,
     } for op in stats.ops]
 
 

@@ -55,6 +55,8 @@ CHANGES = {
                                                           "   # activation"), "activation"),
     "init lost its scaling": (lambda t: _replace(t, "init", "nn.init.normal_(m.weight, std=1.0)   # init"), "init"),
     "model.eval() left on": (lambda t: _replace(t, "mode", "model.eval()   # mode"), "mode"),
+    # NOTE: B's last train/eval call, the evaluation's eval(), stays in force from the second epoch
+    "model.train() after the evaluation dropped": (lambda t: _replace(t, "back to training", None), "evaluate"),
     "a .detach() added": (lambda t: _replace(t, "cut", "h = self.drop(h).detach()   # cut"), "cut"),
     "the schedule decays per batch": (_batch_schedule, "per-batch"),
     # NOTE: the normalising line is gone from B: the line to look at is the one that made B's

@@ -50,4 +50,8 @@ for epoch in range(20):
         loss.backward()
         opt.step()
     schedule.step()   # schedule
-    print(f"epoch {epoch}: loss {loss.item():.3f}")   # log
+    model.eval()   # evaluate
+    with torch.no_grad():
+        accuracy = (model(x).argmax(dim=1) == y).float().mean()
+    model.train()   # back to training
+    print(f"epoch {epoch}: loss {loss.item():.3f}, accuracy {accuracy:.2f}")   # log
