@@ -100,6 +100,13 @@ def exit_status(run, report, fail_on: str) -> int:
     return EXIT_FINDINGS if fails(report, fail_on) else EXIT_OK
 
 
+def other_rank_status(run) -> int:
+    """The exit status of a rank other than 0 under torchrun: the script's own, else 0. Rank 0
+    reports the findings and its status says whether they fail; a rank that exited 1 for them
+    first made torchrun stop rank 0 before it had written its report."""
+    return run.failure.status if run.failure is not None else EXIT_OK
+
+
 def nothing_observed(script: str, run, report, verb: str) -> int:
     """No backward pass: say why (the script failed, leaky failed, or it never called
     backward) and end with the script's own status when it failed."""

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from leaky.config import AuditConfig
 from leaky.cli.output import (Progress, closing_lines, end_of_script, error, exit_status, main_process,
-    nothing_observed, write_formatted, write_html, write_json)
+    nothing_observed, other_rank_status, write_formatted, write_html, write_json)
 from leaky.cli.parser import EXIT_FINDINGS, EXIT_UNUSABLE
 from leaky.report.terminal import people_console
 from leaky.cli.stored import stored_run
@@ -34,7 +34,7 @@ def cmd_audit(args) -> int:
         return EXIT_UNUSABLE
     report = run.audit.report
     if not main_process():
-        return exit_status(run, report, args.fail_on)
+        return other_rank_status(run)
     notice = err if quiet else out    # leaky's closing lines: never into machine output on stdout
     if report.run.get("unauditable"):
         error(f"cannot audit {args.script}: {report.run['unauditable']}.")
@@ -95,7 +95,7 @@ def cmd_watch(args) -> int:
         return EXIT_UNUSABLE
     report = run.audit.report
     if not main_process():
-        return exit_status(run, report, args.fail_on)
+        return other_rank_status(run)
     if run.audit.stats.backward_calls == 0 and run.audit.stats.steps == 0:
         if args.json:
             write_json(report, args.json)   # as audit does: a CI job reads the findings either way
