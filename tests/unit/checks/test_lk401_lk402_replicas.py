@@ -70,3 +70,21 @@ def test_lk401_lk402_equal_replicas_and_no_replicas_are_quiet():
     quiet("LK402", healthy)
     quiet("LK401", stats(steps=5))   # one process, or no DDP: nothing derived
     quiet("LK402", stats(steps=5, derived={"replicas": {"wrappers": (), "params": (), "use": {}}}))
+
+
+def test_lk401_lk402_a_parameter_unfrozen_after_wrapping():
+    data = _stats([_row("fc.weight"), _row("head.weight", 1, 0.01, 1, 0.3, status="frozen_at_wrap")])
+    for code in ("LK401", "LK402"):
+        found = fires(code, data)
+        assert found.evidence["cause"] == "frozen_at_wrap" and found.step == 1 and found.source.line == 12
+        assert "head.weight did not require grad when the wrapper built at train.py:12 was built" in found.message
+
+
+def test_lk401_a_model_wrapped_afresh_later_and_no_visible_cause():
+    later = {**WRAPPER, "source": {"file": "train.py", "line": 30}, "built_step": 3}
+    found = fires("LK401", _stats([_row("fc.weight", 4, 0.01, wrapper=1, first_compared=3)],
+                                  use={s: ((1, True, 0), (1, True, 0)) for s in range(5)}, wrappers=(WRAPPER, later)))
+    assert found.evidence["cause"] == "wrapped_afresh" and "built at steps 0, 3" in found.message
+    assert found.source.line == 30
+    alone = fires("LK401", _stats([_row("fc.weight", 4, 0.01)]))
+    assert alone.evidence["cause"] == "unknown" and "leaky saw no cause" in alone.message
