@@ -2,8 +2,8 @@
 
 A DDP wrapper all-reduces the gradients of the parameters it syncs during the backward of
 each forward it ran with `require_backward_grad_sync` set: every rank then holds the same
-bytes of g = (1/R)·Σ_r g_r. leaky compares, on each sampled step, the L1 and L2 norms of
-every replica gradient over the ranks (derive/fields/replicas.py); a relative spread above
+bytes of g = (1/R)·Σ_r g_r. leaky compares, on each sampled step, the L2 norm of every
+replica gradient over the ranks (derive/fields/replicas.py); a relative spread above
 `replica_tolerance`, or a gradient present on some ranks and None on others, means the step
 was taken on per-rank gradients. The cause the run shows is named: no_sync() still in force
 at the last micro-step, a backward through the unwrapped module, a parameter used on some

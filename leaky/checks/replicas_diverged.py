@@ -3,7 +3,7 @@
 DDP keeps one copy of the model per rank. In backward it all-reduces every gradient, and
 every rank receives the same bytes of the average g = (1/R)·Σ_r g_r; the optimizer then
 applies the same update to the same weights, so w_{t+1} = w_t - lr·g is bitwise equal on
-every rank. leaky compares, on each sampled step, the L1 and L2 norms of every replica
+every rank. leaky compares, on each sampled step, the L2 norm of every replica
 parameter over the ranks (derive/fields/replicas.py): a relative spread (max - min)/max
 above `replica_tolerance` (the float64 rounding of the norm itself) means the ranks now
 train different models. The cause the run shows is named with its line: a forward that

@@ -68,7 +68,7 @@ class Exchanged(NamedTuple):
 
     units: dict[int, dict] | None   # activation counters summed across ranks (reduce_units); None: layouts differ
     events: list[dict]              # each rank's first non-finite event, with its rank; [] when not asked
-    replicas: torch.Tensor | None = None   # (2, rows, k): each replica fingerprint's max and min over the ranks
+    replicas: torch.Tensor | None = None   # (2, rows, 2): each replica fingerprint's max and min over the ranks
 
 
 def exchange(units: dict, event: dict | None, events_wanted: bool,
@@ -83,7 +83,7 @@ def exchange(units: dict, event: dict | None, events_wanted: bool,
 
 
 def spread(fingerprints: torch.Tensor | None, signature: int) -> torch.Tensor | None:
-    """(2, rows, k): the largest and the smallest value of each fingerprint over the ranks;
+    """(2, rows, 2): the largest and the smallest value of each fingerprint over the ranks;
     None when no rank has any, or when their layouts differ (then nothing is compared).
 
     Two all-reduces (MAX) of small tensors: the row count and the layout's signature with their

@@ -21,8 +21,8 @@ Recorded while the recorder is entered (process/patch.py, put back on exit):
   counts calls that bypass the wrapper with grad enabled, and keeps the first one's line.
 
 On each sampled step, at the one exchange across ranks (record/steps.py), `fingerprints()`
-gives one float64 row per replica parameter: the L1 and L2 norms of the parameter and of its
-gradient (-1: no gradient), from two fused norms each (torch._foreach_norm); the exchange
+gives one float64 row per replica parameter: the L2 norm of the parameter and of its gradient
+(-1: no gradient), from one fused norm each for all of them (torch._foreach_norm); the exchange
 returns their largest and smallest value over the ranks, and `compared` keeps, on the device,
 each row's largest relative spread and the first step it exceeded `config.replica_tolerance`.
 """
@@ -81,7 +81,7 @@ class Segment:
     steps: int = 0
     worst: Tensor | None = None      # (n, 2): largest relative spread of (param, grad) so far
     first: Tensor | None = None      # (n, 2): first step beyond tolerance, -1 none
-    at_first: Tensor | None = None   # (n, 4): L2 (max, min) of param and grad at that step
+    at_first: Tensor | None = None   # (n, 4): L2 norm (max, min) of param, then grad, at that step
     missing: Tensor | None = None    # (n,): steps the gradient was None on some ranks only
 
 
@@ -191,7 +191,7 @@ class Replicas:
 
     # -- the fingerprints ------------------------------------------------------------
     def fingerprints(self) -> tuple[Tensor | None, int]:
-        """(rows x 4 float64 fingerprints or None, the layout's signature), for the exchange."""
+        """(rows x 2 float64 fingerprints or None, the layout's signature), for the exchange."""
         rows, params = self._layout()
         self._rows = rows
         signature = zlib.crc32(repr([(r.wrapper, r.name, tuple(p.shape)) for r, p in zip(rows, params)]).encode())
@@ -214,7 +214,7 @@ class Replicas:
         return tuple(rows), params
 
     def compared(self, step: int, spread: Tensor | None) -> None:
-        """Fold one exchange: `spread` (2, rows, 4), the largest and smallest fingerprint over the ranks."""
+        """Fold one exchange: `spread` (2, rows, 2), the largest and smallest fingerprint over the ranks."""
         if len(self.use) < MOST_STEPS:
             self.use[step] = tuple((w.forwards, w.sync_last, w.bypasses) for w in self.wrappers)
         if spread is None:
@@ -237,19 +237,19 @@ def _status(wrapper: Wrapper, name: str, p: Tensor) -> str | None:
 
 
 def _norms(params: list[Tensor]) -> Tensor:
-    """(n, 4) float64: L1 and L2 of each parameter and of its gradient (-1, -1 without one)."""
+    """(n, 2) float64: the L2 norm of each parameter and of its gradient (-1 without one).
+
+    NOTE: a norm, not a hash of the bytes: one fused kernel for all parameters. Two tensors that
+    differ and keep the same norm (a sign flip, a permutation) are not told apart; weights
+    trained on different gradients, or initialised from different seeds, do not."""
     device = params[0].device
-    stack = functools.partial(_stacked, device=device)
-    columns = [stack(torch._foreach_norm(params, 1, dtype=torch.float64)),
-               stack(torch._foreach_norm(params, 2, dtype=torch.float64))]
+    weights = _stacked(torch._foreach_norm(params, 2, dtype=torch.float64), device)
     have = [i for i, p in enumerate(params) if p.grad is not None and not p.grad.is_sparse]
-    grads = [params[i].grad for i in have]
-    for order in (1, 2):
-        column = torch.full((len(params),), -1.0, dtype=torch.float64, device=device)
-        if grads:
-            column[torch.tensor(have, device=device)] = stack(torch._foreach_norm(grads, order, dtype=torch.float64))
-        columns.append(column)
-    return torch.stack(columns, dim=1)
+    grads = torch.full((len(params),), -1.0, dtype=torch.float64, device=device)
+    if have:
+        norms = torch._foreach_norm([params[i].grad for i in have], 2, dtype=torch.float64)
+        grads[torch.tensor(have, device=device)] = _stacked(norms, device)
+    return torch.stack([weights, grads], dim=1)
 
 
 def _stacked(norms: list[Tensor], device) -> Tensor:
@@ -259,26 +259,25 @@ def _stacked(norms: list[Tensor], device) -> Tensor:
 
 
 def _fold(segment: Segment, step: int, spread: Tensor, tolerance: float) -> None:
-    """Relative spread of each row's param and grad fingerprints, worst so far and first step past tolerance.
+    """Relative spread of each row's param and grad norms, worst so far and first step past tolerance.
 
     The relative spread of a norm is (max - min) / max over the ranks. A gradient that is None on
     some ranks and present on others (-1 on some) counts as infinitely apart."""
     high, low = spread[0], spread[1]
     relative = torch.where(high > 0, (high - low) / high.clamp_min(torch.finfo(torch.float64).tiny),
                            torch.zeros_like(high))
-    missing = (low[:, 2] < 0) & (high[:, 2] >= 0)
-    relative[:, 2:] = torch.where(missing[:, None], torch.full_like(relative[:, 2:], float("inf")), relative[:, 2:])
-    pair = torch.stack([relative[:, :2].amax(dim=1), relative[:, 2:].amax(dim=1)], dim=1)
-    l2 = torch.stack([high[:, 1], low[:, 1], high[:, 3], low[:, 3]], dim=1)
+    missing = (low[:, 1] < 0) & (high[:, 1] >= 0)
+    relative[:, 1] = torch.where(missing, torch.full_like(relative[:, 1], float("inf")), relative[:, 1])
+    norms = torch.stack([high[:, 0], low[:, 0], high[:, 1], low[:, 1]], dim=1)
     if segment.worst is None:
-        segment.worst = pair
-        segment.first = torch.full(pair.shape, -1, dtype=torch.int64, device=pair.device)
-        segment.at_first = torch.zeros_like(l2)
-        segment.missing = torch.zeros(pair.shape[0], dtype=torch.int64, device=pair.device)
+        segment.worst = relative
+        segment.first = torch.full(relative.shape, -1, dtype=torch.int64, device=relative.device)
+        segment.at_first = torch.zeros_like(norms)
+        segment.missing = torch.zeros(relative.shape[0], dtype=torch.int64, device=relative.device)
     else:
-        segment.worst = torch.maximum(segment.worst, pair)
-    new = (pair > tolerance) & (segment.first < 0)
+        segment.worst = torch.maximum(segment.worst, relative)
+    new = (relative > tolerance) & (segment.first < 0)
     segment.first = torch.where(new, torch.full_like(segment.first, step), segment.first)
-    segment.at_first = torch.where(new.repeat_interleave(2, dim=1), l2, segment.at_first)
+    segment.at_first = torch.where(new.repeat_interleave(2, dim=1), norms, segment.at_first)
     segment.missing = segment.missing + missing.long()
     segment.steps += 1
