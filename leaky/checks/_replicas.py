@@ -22,9 +22,17 @@ def replicas(stats: AuditStats) -> dict:
 
 def differing(data: dict, kind: str) -> list[dict]:
     """The compared parameters whose `kind` ("param" or "grad") differed on some sampled step,
-    earliest first, then widest."""
+    earliest first, then widest at that step (not over the run: a watch's later passes keep
+    the order, and the parameter they name)."""
     rows = [row for row in data["params"] if row[f"{kind}_first_step"] is not None]
-    return sorted(rows, key=lambda row: (row[f"{kind}_first_step"], -row[f"{kind}_spread"]))
+    return sorted(rows, key=lambda row: (row[f"{kind}_first_step"], -_spread_at_first(row, kind), row["name"]))
+
+
+def _spread_at_first(row: dict, kind: str) -> float:
+    high, low = row[f"{kind}_norms"] or (0.0, 0.0)
+    if low < 0 <= high:
+        return float("inf")   # a gradient on some ranks only
+    return (high - low) / high if high > 0 else 0.0
 
 
 def named(rows: list[dict], kind: str) -> str:
