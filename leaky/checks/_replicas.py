@@ -47,8 +47,8 @@ def _one(row: dict, kind: str) -> str:
     if kind == "grad" and row["grad_missing_steps"] and (norms is None or min(norms) < 0):
         return f"{row['name']} (a gradient on some ranks, none on others)"
     high, low = norms
-    return (f"{row['name']}: L2 norm {num(high)} on one rank, {num(low)} on another "
-            f"(largest relative spread {num(row[f'{kind}_spread'])})")
+    return (f"{row['name']}: L2 norm {num(high)} on one rank, {num(low)} on another, a relative spread of "
+            f"{num(_spread_at_first(row, kind))} (at most {num(row[f'{kind}_spread'])} over the run)")
 
 
 def source(wrapper: dict, key: str = "source") -> Source | None:
@@ -80,9 +80,11 @@ def cause(data: dict, rows: list[dict], step: int, kind: str) -> tuple[str, Sour
         return (f"{', '.join(names[:_SHOWN])} did not require grad when the wrapper{at} was built: DDP left them "
                 "out of its all-reduce for good, and they train now.", built, "frozen_at_wrap")
     if uses and uses[-1][0] and uses[-1][1] is False:
-        return (f"no_sync() was in force at the last forward through the wrapper{at} before the optimizer step "
-                f"of step {step}: DDP prepared no all-reduce for that backward, and the step took each rank's "
-                "own accumulated gradient.", built, "no_sync")
+        forward = source(wrapper, "no_sync_source")
+        return (f"The last forward through the wrapper{at} before the optimizer step of step {step}"
+                f"{f' (at {line_of(forward)})' if forward else ''} ran with require_backward_grad_sync=False "
+                "(no_sync() in force): DDP prepared no all-reduce for its backward, and the step took each "
+                "rank's own accumulated gradient.", forward or built, "no_sync")
     if kind == "grad" and any(row["grad_missing_steps"] for row in rows):
         flag = "" if wrapper["find_unused"] else " (find_unused_parameters=False)"
         return (f"Some ranks computed no gradient for them and others did: they were used on some ranks only, "

@@ -58,7 +58,7 @@ for i in range(12):
     x, y = batch()
     context = model.no_sync() if i % 2 == 1 else contextlib.nullcontext()   # off by one
     with context:
-        (((model(x) - y) ** 2).mean() / 2).backward()
+        (((model(x) - y) ** 2).mean() / 2).backward()   # FORWARD
     if i % 2 == 1:
         opt.step()
         opt.zero_grad()
@@ -192,7 +192,7 @@ def test_no_sync_left_on_for_the_last_micro_step(reports):
     data = reports["no_sync"]
     grads = _one(data, "LK402")
     assert grads["evidence"]["cause"] == "no_sync" and grads["step"] == 0
-    assert grads["source"]["line"] == _line("no_sync", "WRAP") and "no_sync() was in force" in grads["message"]
+    assert grads["source"]["line"] == _line("no_sync", "FORWARD") and "(no_sync() in force)" in grads["message"]
     assert _one(data, "LK401")["step"] == 0   # the weights follow
 
 

@@ -45,7 +45,8 @@ def _wrapper(run: RunRecord, keys: dict, wrapper: dict) -> dict:
     return {"module": run.modules.name(key) if key is not None else None,
             "source": _source(wrapper["where"]), "built_step": wrapper["built_step"],
             "find_unused": wrapper["find_unused"], "init_sync": wrapper["init_sync"],
-            "bypass_source": _source(wrapper["bypass_at"]), "params": wrapper["params"]}
+            "bypass_source": _source(wrapper["bypass_at"]), "no_sync_source": _source(wrapper["no_sync_at"]),
+            "params": wrapper["params"]}
 
 
 def _source(where) -> dict | None:

@@ -17,7 +17,8 @@ Recorded while the recorder is entered (process/patch.py, put back on exit):
   noted at its first forward;
 - `DistributedDataParallel.forward`: its forwards per step, and `require_backward_grad_sync`
   at the step's last one (False under `no_sync()`: DDP then prepares no all-reduce for the
-  backward of that forward); a forward pre-hook on the wrapped module (removed on exit)
+  backward of that forward), with the line of the first unsynced forward that ended a step;
+  a forward pre-hook on the wrapped module (removed on exit)
   counts calls that bypass the wrapper with grad enabled, and keeps the first one's line.
 
 On each sampled step, at the one exchange across ranks (record/steps.py), `fingerprints()`
@@ -60,6 +61,8 @@ class Wrapper:
     sync_last: bool | None = None      # this step: require_backward_grad_sync at its last forward
     bypasses: int = 0                  # this step: grad-enabled calls of the module not through the wrapper
     bypass_at: tuple[str, int] | None = None   # the first such call's line
+    unsynced_at: tuple[str, int] | None = None  # this step: the line of its last forward, when unsynced
+    no_sync_at: tuple[str, int] | None = None   # the first step's unsynced last forward, when one ended a step
     hook: object = None                # the forward pre-hook's handle
 
 
@@ -128,11 +131,14 @@ class Replicas:
 
     def end_step(self, step: int) -> None:
         for wrapper in self.wrappers:
-            wrapper.forwards, wrapper.sync_last, wrapper.bypasses = 0, None, 0
+            if wrapper.sync_last is False and wrapper.no_sync_at is None:
+                wrapper.no_sync_at = wrapper.unsynced_at
+            wrapper.forwards, wrapper.sync_last, wrapper.bypasses, wrapper.unsynced_at = 0, None, 0, None
 
     def part(self) -> ReplicasPart:
         wrappers = tuple({"module": w.module, "where": w.where, "built_step": w.built_step,
                           "find_unused": w.find_unused, "init_sync": w.init_sync, "bypass_at": w.bypass_at,
+                          "no_sync_at": w.no_sync_at,
                           "params": len(w.synced)} for w in self.wrappers)
         segments = tuple(Segment(s.rows, s.start, s.steps, s.worst, s.first, s.at_first, s.missing)
                          for s in self.segments)
@@ -154,6 +160,9 @@ class Replicas:
                 wrapper.forwards += 1
                 if torch.is_grad_enabled():   # a no_grad forward prepares no backward
                     wrapper.sync_last = bool(ddp.require_backward_grad_sync)
+                    if not wrapper.sync_last and wrapper.no_sync_at is None:
+                        found = self.locator.locate()   # the micro-step's forward, beside its no_sync()
+                        wrapper.unsynced_at = found[:2] if found else None
             self._inside += 1
             try:
                 return original(ddp, *args, **kwargs)

@@ -42,7 +42,11 @@ def test_lk402_no_sync_at_the_last_micro_step():
     use = {0: ((4, True, 0),), 1: ((4, True, 0),), 2: ((4, False, 0),)}
     found = fires("LK402", _stats([_row("fc.weight", 2, 1e-3, 2, 0.2)], use=use))
     assert found.evidence["cause"] == "no_sync" and found.step == 2 and found.source.line == 12
-    assert "no_sync() was in force at the last forward" in found.message and "step 2" in found.message
+    assert "step 2 ran with require_backward_grad_sync=False (no_sync() in force)" in found.message
+    # the unsynced forward's line, when the run saw it, is the line to look at
+    wrapper = {**WRAPPER, "no_sync_source": {"file": "train.py", "line": 41}}
+    found = fires("LK402", _stats([_row("fc.weight", 2, 1e-3, 2, 0.2)], use=use, wrappers=(wrapper,)))
+    assert found.source.line == 41 and "step 2 (at train.py:41) ran with" in found.message
 
 
 def test_lk401_a_replaced_layer_is_named_and_the_others_are_not():
