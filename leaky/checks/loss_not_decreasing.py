@@ -140,6 +140,22 @@ def moving_target(stats: AuditStats, config: AuditConfig) -> list[str]:
             f"an EMA copy): the loss is measured against a moving target, so {judged} (LK204, LK205)."]
 
 
+@note("LK204")
+def ranks_losses(stats: AuditStats, config: AuditConfig) -> list[str]:
+    """Under torchrun every rank has its own loss: whose the judged curve is (LK204, LK205)."""
+    ranks = stats.derived.get("loss_ranks") or {}
+    if ranks.get("ranks", 1) < 2:
+        return []
+    if not ranks["alone"]:
+        return [f"the loss curve is the mean of the {ranks['ranks']} ranks' losses (LK204, LK205)."]
+    if not ranks["averaged"]:
+        return [f"the loss curve is rank 0's alone, one of {ranks['ranks']} ranks: leaky found no process group "
+                "to average the ranks' losses over (LK204, LK205)."]
+    return [f"the loss curve is the mean of the {ranks['ranks']} ranks' losses for {ranks['averaged']} steps, and "
+            f"rank 0's alone for the last {ranks['alone']}: the process group was gone when leaky read them "
+            "(destroy_process_group() before the end of the run) (LK204, LK205)."]
+
+
 def _judged_within_periods(stats: AuditStats, config: AuditConfig) -> bool:
     """As LK204 and LK205 decide it: per objective, over the target's syncs and that optimizer's
     learning-rate restarts (the syncs alone when no loss is followed outside a game)."""

@@ -89,7 +89,7 @@ def spread(fingerprints: torch.Tensor | None, signature: int) -> torch.Tensor | 
     Two all-reduces (MAX) of small tensors: the row count and the layout's signature with their
     negatives (equal everywhere iff max == -max(-x)), then cat([f, -f]), whose halves give the
     max and, negated, the min of every element. Called by every rank at every sampled step."""
-    device = _collective_device()
+    device = collective_device()
     rows = 0 if fingerprints is None else fingerprints.shape[0]
     header = torch.tensor([rows, signature, -rows, -signature], dtype=torch.int64, device=device)
     dist.all_reduce(header, op=dist.ReduceOp.MAX)
@@ -102,7 +102,7 @@ def spread(fingerprints: torch.Tensor | None, signature: int) -> torch.Tensor | 
     return torch.stack([both[:flat.numel()], -both[flat.numel():]]).reshape(2, *fingerprints.shape)
 
 
-def _collective_device() -> torch.device:
+def collective_device() -> torch.device:
     """Where the process group's collectives take their tensors: the current GPU under NCCL."""
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
@@ -197,18 +197,23 @@ def sharded_squares(grads: list) -> tuple:
     else:
         plain = [g for g in grads if not is_dtensor(g)]
         shards = [g.to_local() for g in grads if is_dtensor(g)]
+    return (squared_norm(plain) if plain else None), (squared_norm(shards) if shards else None)
 
-    def squares(tensors):
-        if not tensors:
-            return None
-        # NOTE: one stack per dtype, then one cast: not one .float() per parameter (a watch
-        # takes this norm at every step).
-        norms = torch._foreach_norm(tensors)
-        dtypes = {norm.dtype for norm in norms}
-        if len(dtypes) == 1:
-            return torch.stack(norms).float().square().sum()
-        return torch.stack([torch.stack([n for n in norms if n.dtype == d]).float().square().sum() for d in dtypes]).sum()
-    return squares(plain), squares(shards)
+
+def squared_norm(tensors: list) -> torch.Tensor:
+    """The squared 2-norm of plain tensors together, a float32 0-d tensor."""
+    # NOTE: one stack per dtype, then one cast: not one .float() per parameter (a watch
+    # takes this norm at every step).
+    norms = torch._foreach_norm(tensors)
+    dtypes = {norm.dtype for norm in norms}
+    if len(dtypes) == 1:
+        return torch.stack(norms).float().square().sum()
+    return torch.stack([torch.stack([n for n in norms if n.dtype == d]).float().square().sum() for d in dtypes]).sum()
+
+
+def world_size() -> int:
+    """How many ranks run (1 without a process group)."""
+    return dist.get_world_size() if running() else 1
 
 
 def sum_across_ranks(values: list) -> list:
@@ -222,4 +227,5 @@ def sum_across_ranks(values: list) -> list:
 
 
 __all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "spread", "gather_events", "is_dtensor", "local", "materialise",
-           "sharded_squares", "sum_across_ranks", "torch", "total_norm"]
+           "sharded_squares", "squared_norm", "sum_across_ranks", "world_size", "collective_device", "torch",
+           "total_norm"]

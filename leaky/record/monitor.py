@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from typing import Callable
 
 import torch
@@ -49,6 +50,27 @@ class TensorBackwardPatch(Patch):
         return backward
 
 
+class TeardownPatch(Patch):
+    """Context manager: the script's `torch.distributed.destroy_process_group()` (of the default
+    group) runs `flush` first, the last moment the series' pending steps can still be reduced
+    across ranks (every rank tears the group down at the same point); restored on exit."""
+
+    def __init__(self, flush: Callable[[], None]) -> None:
+        super().__init__(torch.distributed, "destroy_process_group", self._routed)
+        self.flush = flush
+
+    def _routed(self, original: Callable) -> Callable:
+        flush = self.flush
+
+        @functools.wraps(original)
+        def destroy_process_group(*args, **kwargs):
+            if (args[0] if args else kwargs.get("group")) is None and distributed.running():
+                flush()
+            return original(*args, **kwargs)
+
+        return destroy_process_group
+
+
 class StepMonitor:
     """Per-step scalars on the device, copied to the host in batches."""
 
@@ -64,6 +86,13 @@ class StepMonitor:
         self.loss: Tensor | None = None
         self.terms: int | None = None   # ... and how many terms it sums (ops.summed_terms)
         self._zeroed = False
+        # With several ranks, whose losses the series holds: (ranks, steps averaged over
+        # them, steps that are this rank's alone: flushed with no process group, e.g. after
+        # the script's destroy_process_group())
+        self.ranks = (1, 0, 0)
+        # (provide, receive) of an instrument's values summed over the ranks in the flush's
+        # all-reduce (record/instruments/: InstrumentHost.across_ranks)
+        self.riders: list[tuple[Callable, Callable]] = []
 
     def note_zero_grad(self) -> None:
         self._zeroed = True
@@ -112,8 +141,15 @@ class StepMonitor:
 
     def flush(self) -> list[SeriesRow]:
         """One device-to-host copy for the whole batch."""
-        self.pending = _combine_shards(self.pending)
-        values = self.staged()
+        if distributed.running():
+            self.pending = self._across_ranks(self.pending)
+        else:
+            self.pending = _combine_shards(self.pending)
+            if self.ranks[0] > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+                alone = sum(row.loss is not None for row in self.pending)
+                self.ranks = (max(self.ranks[0], int(os.environ.get("WORLD_SIZE", "1") or 1)), self.ranks[1],
+                              self.ranks[2] + alone)
+        values = self._values()
         host: list[float] = []
         if values:
             with torch._C.DisableTorchFunction():
@@ -123,11 +159,48 @@ class StepMonitor:
     def staged(self) -> list[Tensor] | None:
         """The pending steps' values (loss, norm), 0-d float tensors, in order, for a copy made
         elsewhere (an audited step's one flush, record/step_record.py); None while a sharded
-        norm still needs its all-reduce."""
-        if any(isinstance(row.grad_norm, _Sharded) for row in self.pending):
+        norm or, with several ranks, the losses still need their all-reduce."""
+        if distributed.running() or any(isinstance(row.grad_norm, _Sharded) for row in self.pending):
             return None
+        return self._values()
+
+    def _values(self) -> list[Tensor]:
         with torch._C.DisableTorchFunction():
             return [v.float().reshape(()) for row in self.pending for v in (row.loss, row.grad_norm) if v is not None]
+
+    def _across_ranks(self, pending: list[SeriesRow]) -> list[SeriesRow]:
+        """With several ranks: each step's loss averaged over the ranks that have one, the
+        sharded norms combined and the riders' values summed, in one all-reduce for the whole
+        batch. Every rank flushes the same steps (DDP and FSDP keep the ranks in step) and each
+        rider gives as many values on every rank, so the calls match."""
+        rides = [[v.float().reshape(()) for v in provide()] for provide, _ in self.riders]
+        if not pending and not any(rides):
+            return pending
+        device = distributed.collective_device()
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            zero, one = torch.zeros((), device=device), torch.ones((), device=device)
+            sharded = [row.grad_norm.shards.float().to(device) for row in pending if isinstance(row.grad_norm, _Sharded)]
+            losses = [zero if row.loss is None else row.loss.float().reshape(()).to(device) for row in pending]
+            counts = [zero if row.loss is None else one for row in pending]
+            summed = distributed.sum_across_ranks(sharded + losses + counts + [v.to(device) for r in rides for v in r])
+            shards = iter(summed[:len(sharded)])
+            means = summed[len(sharded):len(sharded) + len(pending)]
+            counts = summed[len(sharded) + len(pending):len(sharded) + 2 * len(pending)]
+            given = len(sharded) + 2 * len(pending)
+            for (_, receive), ride in zip(self.riders, rides):
+                if ride:
+                    receive(summed[given:given + len(ride)])
+                given += len(ride)
+            combined = []
+            for row, total, count in zip(pending, means, counts):
+                norm = row.grad_norm
+                if isinstance(norm, _Sharded):
+                    squares = next(shards)
+                    norm = (squares if norm.plain is None else squares + norm.plain.float().to(device)).sqrt()
+                combined.append(row._replace(loss=None if row.loss is None else total / count, grad_norm=norm))
+        self.ranks = (distributed.world_size(), self.ranks[1] + sum(row.loss is not None for row in pending),
+                      self.ranks[2])
+        return combined
 
     def rows(self, host: list[float]) -> list[SeriesRow]:
         """The pending steps as rows, given their staged values on the host."""

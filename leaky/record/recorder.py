@@ -31,7 +31,7 @@ from leaky.record.functions import CustomFunctions
 from leaky.record.gradients import GradientRecorder, leads_to_param, slot_kinds
 from leaky.record.leaves import MadeLeaves
 from leaky.record.modules import ModuleTracker
-from leaky.record.monitor import StepMonitor, TensorBackwardPatch, UpdateMeter
+from leaky.record.monitor import StepMonitor, TeardownPatch, TensorBackwardPatch, UpdateMeter
 from leaky.record.objectives import CouplingMeter, MovingWeights
 from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginRecords
@@ -90,6 +90,7 @@ class Recorder(StepTracking):
         self.coupling = CouplingMeter()   # whose loss reaches whose parameters (adversarial games)
         self.moving = MovingWeights()     # untrained weights that change: a synced target network
         self._backward_patch = TensorBackwardPatch(self._on_tensor_backward)
+        self._teardown = TeardownPatch(self._flush_at_teardown)
         self.active = False        # between __enter__ and __exit__, with no internal error
         self.last_optimizer: torch.optim.Optimizer | None = None
         self.warning_source = WarningSource()   # torch's warnings point at the user's line, not leaky's
@@ -151,7 +152,7 @@ class Recorder(StepTracking):
             self._hook_steps()
             stack.callback(self._unhook_steps)
             stack.callback(self.grads.remove_all)
-            for part in (self.functions, self.compiled, self._backward_patch):
+            for part in (self.functions, self.compiled, self._backward_patch, self._teardown):
                 stack.enter_context(part)
             self._mode.__enter__()
             self._mode_on = True
@@ -202,6 +203,11 @@ class Recorder(StepTracking):
             fn(*args)
         except Exception as exc:
             self.fail(exc)
+
+    def _flush_at_teardown(self) -> None:
+        """The script tears its process group down: reduce the series' pending steps now."""
+        if self.error is None:
+            self.guarded(self.flush_series)
 
     def across_ranks(self, provide, receive) -> None:
         """An instrument's values summed over the ranks at each flush of the series (InstrumentHost)."""

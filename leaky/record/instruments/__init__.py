@@ -38,6 +38,11 @@ class InstrumentHost(Protocol):
 
     def guarded(self, fn: Callable[..., Any], *args: Any) -> Any: ...   # leaky's failure never stops training
 
+    def across_ranks(self, provide: Callable[[], list], receive: Callable[[list], None]) -> None:
+        """With several ranks, at each batched flush of the series (every rank flushes the same
+        steps): `provide()`'s 0-d tensors are summed over the ranks in the flush's one all-reduce
+        and handed to `receive`. `provide` must give as many values on every rank."""
+
 
 Factory = Callable[[InstrumentHost], Any]
 INSTRUMENTS: Registry = Registry("an instrument")   # name -> its factory
