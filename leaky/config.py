@@ -224,6 +224,12 @@ class AuditConfig:
     # (a norm of n terms: relative error <= n·2^-53, 1e-7 at n = 10^9 elements) may differ.
     # A relative spread (max - min) / max over the ranks above this is a real difference.
     replica_tolerance: float = 1e-6
+    # LK403: the norm a clip acted on against the global norm of the same gradients. Both are
+    # float32 sums of the same squares in another order: relative error <= log2(n)·2^-24 for n
+    # elements summed pairwise, 2e-6 at n = 10^9, so 1e-5 is rounding. A float16/bfloat16
+    # gradient's norm is rounded to its own dtype, a few ulps: this many of its eps instead.
+    clip_norm_tolerance: float = 1e-5
+    clip_norm_roundings: float = 4.0
     # Exit status: findings at or above this severity make `leaky audit` exit 1.
     fail_on: str = "error"
     # Raise leaky's own internal errors instead of warning and observing no further.
