@@ -17,7 +17,7 @@ _SHOWN = 3   # parameters named in a message
 
 
 def replicas(stats: AuditStats) -> dict:
-    return stats.derived.get("replicas") or {"wrappers": (), "params": (), "use": {}}
+    return stats.derived.get("replicas") or {"wrappers": (), "params": (), "use": {}, "uncompared_steps": 0}
 
 
 def differing(data: dict, kind: str) -> list[dict]:

@@ -13,7 +13,7 @@ broadcast), a model wrapped afresh.
 """
 from __future__ import annotations
 
-from leaky.checks import register
+from leaky.checks import note, register
 from leaky.checks._replicas import cause, differing, named, replicas
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -39,6 +39,17 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                     source, step, {"params": [row["name"] for row in rows], "first_step": step, "cause": kind,
                                    "largest_spread": max(row["param_spread"] for row in rows),
                                    "compared": len(data["params"])})]
+
+
+@note("LK401")
+def uncompared(stats: AuditStats, config: AuditConfig) -> list[str]:
+    """Sampled steps on which the ranks' DDP wrappers held different parameters: nothing compared."""
+    steps = replicas(stats).get("uncompared_steps", 0)
+    if not steps:
+        return []
+    return [f"On {steps} sampled step{'s' if steps > 1 else ''} the ranks' DDP wrappers did not hold the same "
+            "parameters (a wrapper or a parameter on some ranks only), so their replicas were not compared there "
+            "(LK401, LK402)."]
 
 
 _FIXES = {

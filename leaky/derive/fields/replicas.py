@@ -18,10 +18,11 @@ from leaky.record.run_record import RunRecord
 
 @derived("replicas")
 def replicas(run: RunRecord, sums) -> dict:
-    """{"wrappers": (...), "params": (...), "use": {step: ((forwards, sync_last, bypasses), ...)}}."""
+    """{"wrappers": (...), "params": (...), "use": {step: ((forwards, sync_last, bypasses), ...)},
+    "uncompared_steps": sampled steps whose ranks held different layouts, so compared nothing}."""
     part = run.parts.get("replicas")
     if part is None:
-        return {"wrappers": (), "params": (), "use": {}}
+        return {"wrappers": (), "params": (), "use": {}, "uncompared_steps": 0}
     keys = {id(info.module): info.key for info in run.modules.infos}
     wrappers = tuple(_wrapper(run, keys, w) for w in part.wrappers)
     rows: dict[tuple[int, str], dict] = {}
@@ -31,7 +32,8 @@ def replicas(run: RunRecord, sums) -> dict:
         worst, first, at_first, missing = (t.tolist() for t in _host(segment))
         for index, row in enumerate(segment.rows):
             _merge(rows, row, segment.start, worst[index], first[index], at_first[index], missing[index])
-    return {"wrappers": wrappers, "params": tuple(rows.values()), "use": dict(part.use)}
+    return {"wrappers": wrappers, "params": tuple(rows.values()), "use": dict(part.use),
+            "uncompared_steps": part.uncompared}
 
 
 def _host(segment) -> tuple:

@@ -93,6 +93,7 @@ class ReplicasPart:
     wrappers: tuple[dict, ...]
     segments: tuple[Segment, ...]
     use: dict = field(default_factory=dict)   # step -> per wrapper (forwards, sync_last, bypasses)
+    uncompared: int = 0   # sampled steps whose replicas the ranks could not compare (layouts differ)
 
 
 @instrument("replicas")
@@ -113,6 +114,7 @@ class Replicas:
         self.use: dict[int, tuple] = {}
         self._inside = 0   # wrapper forwards running
         self._rows: tuple[Row, ...] = ()
+        self.uncompared = 0
         self._patches = (Patch(DistributedDataParallel, "__init__", self._built),
                          Patch(DistributedDataParallel, "forward", self._forward))
 
@@ -142,7 +144,7 @@ class Replicas:
                           "params": len(w.synced)} for w in self.wrappers)
         segments = tuple(Segment(s.rows, s.start, s.steps, s.worst, s.first, s.at_first, s.missing)
                          for s in self.segments)
-        return ReplicasPart(wrappers, segments, dict(self.use))
+        return ReplicasPart(wrappers, segments, dict(self.use), self.uncompared)
 
     # -- the wrappers --------------------------------------------------------------
     def _built(self, original):
@@ -214,6 +216,9 @@ class Replicas:
         for index, wrapper in enumerate(self.wrappers):
             ddp, module = wrapper.ddp(), wrapper.module()
             if ddp is None or module is None:
+                if wrapper.hook is not None:   # a wrapper gone (the model wrapped afresh): its hook too
+                    wrapper.hook.remove()
+                    wrapper.hook = None
                 continue
             for name, p in module.named_parameters():
                 status = _status(wrapper, name, p)
@@ -227,6 +232,7 @@ class Replicas:
         if len(self.use) < MOST_STEPS:
             self.use[step] = tuple((w.forwards, w.sync_last, w.bypasses) for w in self.wrappers)
         if spread is None:
+            self.uncompared += bool(self._rows)   # the other ranks hold another layout
             return
         if not self.segments or self.segments[-1].rows != self._rows:
             self.segments.append(Segment(self._rows, step))

@@ -3,6 +3,8 @@
 look-alikes that must stay quiet (no training run: the real runs are tests/e2e/test_replicas.py)."""
 from __future__ import annotations
 
+from leaky.checks import run_notes
+from leaky.config import AuditConfig
 from leaky.finding import Severity
 from leaky.testing import stats
 from tests.check_cases import fires, quiet
@@ -92,3 +94,13 @@ def test_lk401_a_model_wrapped_afresh_later_and_no_visible_cause():
     assert found.source.line == 30
     alone = fires("LK401", _stats([_row("fc.weight", 4, 0.01)]))
     assert alone.evidence["cause"] == "unknown" and "leaky saw no cause" in alone.message
+
+
+def test_lk401_notes_the_steps_whose_ranks_held_different_wrappers():
+    data = _stats([_row("fc.weight")])
+    assert not [line for line in run_notes(data, AuditConfig()) if "LK401" in line]
+    apart = stats(steps=5, derived={"replicas": {"wrappers": (WRAPPER,), "params": (), "use": {}, "uncompared_steps": 3}})
+    quiet("LK401", apart)
+    assert [line for line in run_notes(apart, AuditConfig()) if "LK401" in line] == [
+        "On 3 sampled steps the ranks' DDP wrappers did not hold the same parameters (a wrapper or a parameter on "
+        "some ranks only), so their replicas were not compared there (LK401, LK402)."]
