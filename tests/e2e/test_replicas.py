@@ -2,7 +2,7 @@
 real DDP all-reduces (no mock). Each broken program is the idiom people write, and the finding
 names the step, the parameters and the line; the healthy look-alike (accumulation with no_sync
 used right, find_unused_parameters with a branch unused everywhere, a per-rank expert kept out of
-DDP, a second model left unwrapped) is quiet. One launch per program: 4 at 2 ranks, 1 at 4."""
+DDP, a second model left unwrapped) is quiet. One launch per program: 5 at 2 ranks, 1 at 4."""
 from __future__ import annotations
 
 import json
@@ -84,6 +84,22 @@ ddp = DDP(model, find_unused_parameters=True)   # WRAP
 model.fc2 = nn.Linear(16, 1)   # REPLACED
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 for step in range(6):
+    x, y = batch()
+    loss = ((ddp(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
+    # (3'') a backbone frozen when the model is wrapped, unfrozen for fine-tuning from step 2
+    "unfrozen": """
+torch.manual_seed(0)
+model = Net()
+model.fc1.requires_grad_(False)
+ddp = DDP(model)   # WRAP
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(6):
+    if step == 2:
+        model.fc1.requires_grad_(True)   # UNFREEZE
     x, y = batch()
     loss = ((ddp(x) - y) ** 2).mean()
     opt.zero_grad()
@@ -212,6 +228,15 @@ def test_a_head_replaced_after_wrapping_on_four_ranks(reports):
         assert sorted(found["evidence"]["params"]) == ["fc2.bias", "fc2.weight"]
         assert found["source"]["line"] == _line("replaced", "WRAP")
         assert found["evidence"]["compared"] == 4   # fc1 synced and equal, fc2 compared by name
+
+
+def test_a_backbone_unfrozen_after_wrapping(reports):
+    data = reports["unfrozen"]
+    for code in ("LK402", "LK401"):
+        found = _one(data, code)
+        assert (found["step"], found["evidence"]["cause"]) == (2, "frozen_at_wrap")
+        assert sorted(found["evidence"]["params"]) == ["fc1.bias", "fc1.weight"]
+        assert found["source"]["line"] == _line("unfrozen", "WRAP") and "did not require grad when" in found["message"]
 
 
 def test_the_healthy_look_alikes_are_quiet_and_were_compared(reports):
