@@ -42,6 +42,26 @@ def named(rows: list[dict], kind: str) -> str:
     return "; ".join(parts) + more
 
 
+def ranks_apart(row: dict, kind: str) -> str:
+    """Which ranks hold other values, from the ranks grouped by equal values ("" when not known)."""
+    groups = row.get(f"{kind}_ranks")
+    if not groups or len(groups) < 2:
+        return ""
+    total = sum(map(len, groups))
+    if 2 * len(groups[0]) > total:
+        others = sorted(rank for group in groups[1:] for rank in group)
+        return f"{_ranks(others)} {'differs' if len(others) == 1 else 'differ'} from {_ranks(groups[0])}"
+    if total == 2:
+        return "ranks 0 and 1 differ"
+    if len(groups) == total:
+        return f"all {total} ranks differ from each other"
+    return "the ranks split into " + "; ".join(_ranks(group) for group in groups)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
 def _one(row: dict, kind: str) -> str:
     norms = row[f"{kind}_norms"]
     if kind == "grad" and row["grad_missing_steps"] and (norms is None or min(norms) < 0):

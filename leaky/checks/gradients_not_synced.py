@@ -12,7 +12,7 @@ ranks only, parameters replaced or unfrozen after wrapping.
 from __future__ import annotations
 
 from leaky.checks import register
-from leaky.checks._replicas import cause, differing, named, replicas
+from leaky.checks._replicas import cause, differing, named, ranks_apart, replicas
 from leaky.checks.replicas_diverged import _FIXES
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
@@ -29,9 +29,15 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     first = [row for row in rows if row["grad_first_step"] == step]
     why, source, kind = cause(data, first, step, "grad")
     message = (f"at the optimizer step of step {step}, the gradients of {len(rows)} of {len(data['params'])} replica "
-               f"parameters differ across ranks (first: {named(first, 'grad')}). DDP gives every rank the same "
+               f"parameters differ across ranks (first: {named(first, 'grad')}{_apart(first[0])}). DDP gives every rank the same "
                f"all-reduced average, so each rank stepped on its own gradient instead. {why}")
     return [Finding("gradients-not-synced", "LK402", Severity.ERROR, message, _FIXES[kind],
                     first[0]["module"] or None, None, source, step,
                     {"params": [row["name"] for row in rows], "first_step": step, "cause": kind,
-                     "largest_spread": max(row["grad_spread"] for row in rows), "compared": len(data["params"])})]
+                     "largest_spread": max(row["grad_spread"] for row in rows), "compared": len(data["params"]),
+                     "ranks": first[0].get("grad_ranks")})]
+
+
+def _apart(row: dict) -> str:
+    text = ranks_apart(row, "grad")
+    return f"; {text}" if text else ""

@@ -14,7 +14,7 @@ broadcast), a model wrapped afresh.
 from __future__ import annotations
 
 from leaky.checks import note, register
-from leaky.checks._replicas import cause, differing, named, replicas
+from leaky.checks._replicas import cause, differing, named, ranks_apart, replicas
 from leaky.config import AuditConfig
 from leaky.finding import Finding, Severity
 from leaky.stats import AuditStats
@@ -32,13 +32,13 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     grads = " Their gradients differ across ranks too (LK402)." if any(
         row["grad_first_step"] is not None for row in first) else ""
     message = (f"from step {step} on, {len(rows)} of {len(data['params'])} replica parameters differ across ranks "
-               f"(first: {named(first, 'param')}). DDP keeps every rank's copy bitwise equal, so the ranks now "
+               f"(first: {named(first, 'param')}{_apart(first[0])}). DDP keeps every rank's copy bitwise equal, so the ranks now "
                f"train different models. {why}{grads}")
     fix = _FIXES[kind]
     return [Finding("replicas-diverged", "LK401", Severity.ERROR, message, fix, first[0]["module"] or None, None,
                     source, step, {"params": [row["name"] for row in rows], "first_step": step, "cause": kind,
                                    "largest_spread": max(row["param_spread"] for row in rows),
-                                   "compared": len(data["params"])})]
+                                   "compared": len(data["params"]), "ranks": first[0].get("param_ranks")})]
 
 
 @note("LK401")
@@ -68,3 +68,8 @@ _FIXES = {
     "unknown": "Compare the ranks' weights (torch.distributed.all_gather of a parameter's norm) step by step "
                "to find the first update that differs.",
 }
+
+
+def _apart(row: dict) -> str:
+    text = ranks_apart(row, "param")
+    return f"; {text}" if text else ""

@@ -69,37 +69,49 @@ class Exchanged(NamedTuple):
     units: dict[int, dict] | None   # activation counters summed across ranks (reduce_units); None: layouts differ
     events: list[dict]              # each rank's first non-finite event, with its rank; [] when not asked
     replicas: torch.Tensor | None = None   # (2, rows, 2): each replica fingerprint's max and min over the ranks
+    replica_ranks: torch.Tensor | None = None   # (ranks, rows, 2): every rank's, once: the first step some differ
 
 
 def exchange(units: dict, event: dict | None, events_wanted: bool,
-             fingerprints: tuple[torch.Tensor | None, int] = (None, 0)) -> Exchanged:
+             fingerprints: tuple[torch.Tensor | None, int, bool] = (None, 0, False)) -> Exchanged:
     """The one exchange of a sampled step, called by every rank at the same step (DDP keeps
     ranks in step; record/steps.py, after the step's flush): the activation counters summed,
     while `events_wanted`, every rank's first non-finite event (`event`: this rank's), and the
-    spread of the replica fingerprints (`fingerprints`: this rank's and its layout's signature).
+    spread of the replica fingerprints (`fingerprints`: this rank's, its layout's signature, and
+    whether every rank's values are wanted, at the first step they differ).
     derive/ranks.py and record/instruments/replicas.py fold what it returns; neither makes a
     collective call of its own."""
-    return Exchanged(reduce_units(units), gather_events(event) if events_wanted else [], spread(*fingerprints))
+    return Exchanged(reduce_units(units), gather_events(event) if events_wanted else [], *spread(*fingerprints))
 
 
-def spread(fingerprints: torch.Tensor | None, signature: int) -> torch.Tensor | None:
-    """(2, rows, 2): the largest and the smallest value of each fingerprint over the ranks;
-    None when no rank has any, or when their layouts differ (then nothing is compared).
+def spread(fingerprints: torch.Tensor | None, signature: int,
+           ranks_wanted: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """((2, rows, 2): the largest and the smallest value of each fingerprint over the ranks, or
+    None when no rank has any or their layouts differ (then nothing is compared); (ranks, rows, 2):
+    every rank's fingerprints when `ranks_wanted` and some differ, else None).
 
     Two all-reduces (MAX) of small tensors: the row count and the layout's signature with their
     negatives (equal everywhere iff max == -max(-x)), then cat([f, -f]), whose halves give the
-    max and, negated, the min of every element. Called by every rank at every sampled step."""
+    max and, negated, the min of every element. Called by every rank at every sampled step.
+    While `ranks_wanted` (the same on every rank), a step whose max and min differ anywhere also
+    gathers every rank's values, to name the ranks apart: every rank holds the same reduced
+    bytes, so all of them take that branch together."""
     device = collective_device()
     rows = 0 if fingerprints is None else fingerprints.shape[0]
     header = torch.tensor([rows, signature, -rows, -signature], dtype=torch.int64, device=device)
     dist.all_reduce(header, op=dist.ReduceOp.MAX)
     high, low = header[:2].tolist(), (-header[2:]).tolist()
     if not rows or high != low:
-        return None
+        return None, None
     flat = fingerprints.to(device).reshape(-1)
     both = torch.cat([flat, -flat])
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
-    return torch.stack([both[:flat.numel()], -both[flat.numel():]]).reshape(2, *fingerprints.shape)
+    result = torch.stack([both[:flat.numel()], -both[flat.numel():]]).reshape(2, *fingerprints.shape)
+    if not ranks_wanted or torch.equal(result[0], result[1]):
+        return result, None
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return result, torch.stack(gathered).reshape(len(gathered), *fingerprints.shape)
 
 
 def collective_device() -> torch.device:

@@ -378,7 +378,7 @@ class StepTracking:
                                          wanted, replicas.fingerprints() if replicas is not None else (None, 0))
         sink.merge_ranks(exchanged)
         if replicas is not None:
-            replicas.compared(self.step, exchanged.replicas)
+            replicas.compared(self.step, exchanged.replicas, exchanged.replica_ranks)
 
     def _described(self, event: tuple | None) -> dict | None:
         """A non-finite event (phase, step, site, value) told without this rank's site numbers."""

@@ -202,6 +202,7 @@ def test_a_forward_around_the_wrapper_unsyncs_gradients_then_weights(reports):
         assert (found["severity"], found["step"], found["source"]["line"]) == ("error", 0, _line("bypass", "BYPASS"))
         assert found["evidence"]["cause"] == "bypassed" and len(found["evidence"]["params"]) == 4
         assert f"built at bypass.py:{_line('bypass', 'WRAP')}" in found["message"]
+        assert found["evidence"]["ranks"] == [[0], [1]] and "ranks 0 and 1 differ" in found["message"]
 
 
 def test_no_sync_left_on_for_the_last_micro_step(reports):
@@ -228,6 +229,7 @@ def test_a_head_replaced_after_wrapping_on_four_ranks(reports):
         assert sorted(found["evidence"]["params"]) == ["fc2.bias", "fc2.weight"]
         assert found["source"]["line"] == _line("replaced", "WRAP")
         assert found["evidence"]["compared"] == 4   # fc1 synced and equal, fc2 compared by name
+        assert found["evidence"]["ranks"] == [[0], [1], [2], [3]]   # each rank stepped on its own data
 
 
 def test_a_backbone_unfrozen_after_wrapping(reports):

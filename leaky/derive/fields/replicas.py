@@ -1,8 +1,9 @@
 """`stats.derived["replicas"]`: DDP's replicas compared across ranks (record/instruments/replicas.py).
 
 Per compared parameter: the first sampled step its weights, and its gradient, differed across
-ranks beyond `config.replica_tolerance`, the largest relative spread, and the L2 norms (largest,
-smallest over the ranks) at that first step; per wrapper: where and when it was built and how
+ranks beyond `config.replica_tolerance`, the largest relative spread, the L2 norms (largest,
+smallest over the ranks) at that first step, and the ranks grouped by equal values at the
+first step anything differed; per wrapper: where and when it was built and how
 it was driven; per sampled step: each wrapper's forwards, `require_backward_grad_sync` at the
 last one, and the calls that bypassed it. One device-to-host copy per segment of rows.
 """
@@ -32,6 +33,8 @@ def replicas(run: RunRecord, sums) -> dict:
         worst, first, at_first, missing = (t.tolist() for t in _host(segment))
         for index, row in enumerate(segment.rows):
             _merge(rows, row, segment.start, worst[index], first[index], at_first[index], missing[index])
+    if part.by_rank is not None:
+        _name_ranks(rows, *part.by_rank)
     return {"wrappers": wrappers, "params": tuple(rows.values()), "use": dict(part.use),
             "uncompared_steps": part.uncompared}
 
@@ -60,7 +63,8 @@ def _merge(rows: dict, row, start: int, worst: list, first: list, at_first: list
     entry = rows.setdefault((row.wrapper, row.name), {
         "name": row.name, "module": row.name.rpartition(".")[0], "wrapper": row.wrapper, "status": row.status,
         "first_compared": start, "param_first_step": None, "param_spread": 0.0, "param_norms": None,
-        "grad_first_step": None, "grad_spread": 0.0, "grad_norms": None, "grad_missing_steps": 0})
+        "grad_first_step": None, "grad_spread": 0.0, "grad_norms": None, "grad_missing_steps": 0,
+        "param_ranks": None, "grad_ranks": None})
     if row.status != "synced":
         entry["status"] = row.status
     entry["grad_missing_steps"] += missing
@@ -70,3 +74,22 @@ def _merge(rows: dict, row, start: int, worst: list, first: list, at_first: list
         if first[column] >= 0 and (entry[f"{kind}_first_step"] is None or first[column] < entry[f"{kind}_first_step"]):
             entry[f"{kind}_first_step"] = first[column]
             entry[f"{kind}_norms"] = (at_first[2 * column], at_first[2 * column + 1])
+
+
+def _name_ranks(rows: dict, step: int, layout: tuple, values) -> None:
+    """The ranks grouped by equal values, largest group first, for each row that first differed at
+    `step`, the step every rank's fingerprints were gathered."""
+    with torch._C.DisableTorchFunction():
+        values = values.cpu().tolist()   # [rank][row][param, grad]
+    for index, row in enumerate(layout):
+        entry = rows.get((row.wrapper, row.name))
+        for kind, column in (("param", 0), ("grad", 1)):
+            if entry is not None and entry[f"{kind}_first_step"] == step:
+                entry[f"{kind}_ranks"] = _groups([by_rank[index][column] for by_rank in values])
+
+
+def _groups(values: list[float]) -> list[list[int]]:
+    groups: dict[float, list[int]] = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(value, []).append(rank)
+    return sorted(groups.values(), key=lambda group: (-len(group), group[0]))

@@ -94,6 +94,7 @@ class ReplicasPart:
     segments: tuple[Segment, ...]
     use: dict = field(default_factory=dict)   # step -> per wrapper (forwards, sync_last, bypasses)
     uncompared: int = 0   # sampled steps whose replicas the ranks could not compare (layouts differ)
+    by_rank: tuple | None = None   # (step, rows, (ranks, rows, 2) device tensor): the first step some differ
 
 
 @instrument("replicas")
@@ -115,6 +116,7 @@ class Replicas:
         self._inside = 0   # wrapper forwards running
         self._rows: tuple[Row, ...] = ()
         self.uncompared = 0
+        self.by_rank: tuple | None = None   # every rank's fingerprints at the first step some differed
         self._patches = (Patch(DistributedDataParallel, "__init__", self._built),
                          Patch(DistributedDataParallel, "forward", self._forward))
 
@@ -144,7 +146,7 @@ class Replicas:
                           "params": len(w.synced)} for w in self.wrappers)
         segments = tuple(Segment(s.rows, s.start, s.steps, s.worst, s.first, s.at_first, s.missing)
                          for s in self.segments)
-        return ReplicasPart(wrappers, segments, dict(self.use), self.uncompared)
+        return ReplicasPart(wrappers, segments, dict(self.use), self.uncompared, self.by_rank)
 
     # -- the wrappers --------------------------------------------------------------
     def _built(self, original):
@@ -201,15 +203,17 @@ class Replicas:
             wrapper.bypass_at = found[:2] if found else None
 
     # -- the fingerprints ------------------------------------------------------------
-    def fingerprints(self) -> tuple[Tensor | None, int]:
-        """(rows x 2 float64 fingerprints or None, the layout's signature), for the exchange."""
+    def fingerprints(self) -> tuple[Tensor | None, int, bool]:
+        """(rows x 2 float64 fingerprints or None, the layout's signature, whether every rank's
+        values are still wanted: until the first step some differ), for the exchange."""
         rows, params = self._layout()
         self._rows = rows
         signature = zlib.crc32(repr([(r.wrapper, r.name, tuple(p.shape)) for r, p in zip(rows, params)]).encode())
+        wanted = self.by_rank is None
         if not params:
-            return None, signature
+            return None, signature, wanted
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            return _norms(params), signature
+            return _norms(params), signature, wanted
 
     def _layout(self) -> tuple[tuple[Row, ...], list[Tensor]]:
         rows, params = [], []
@@ -227,13 +231,16 @@ class Replicas:
                     params.append(p)
         return tuple(rows), params
 
-    def compared(self, step: int, spread: Tensor | None) -> None:
-        """Fold one exchange: `spread` (2, rows, 2), the largest and smallest fingerprint over the ranks."""
+    def compared(self, step: int, spread: Tensor | None, by_rank: Tensor | None = None) -> None:
+        """Fold one exchange: `spread` (2, rows, 2), the largest and smallest fingerprint over the
+        ranks; `by_rank` (ranks, rows, 2), every rank's, at the first step some differ."""
         if len(self.use) < MOST_STEPS:
             self.use[step] = tuple((w.forwards, w.sync_last, w.bypasses) for w in self.wrappers)
         if spread is None:
             self.uncompared += bool(self._rows)   # the other ranks hold another layout
             return
+        if by_rank is not None:
+            self.by_rank = (step, self._rows, by_rank)
         if not self.segments or self.segments[-1].rows != self._rows:
             self.segments.append(Segment(self._rows, step))
         with torch._C.DisableTorchFunction(), torch.no_grad():

@@ -104,3 +104,14 @@ def test_lk401_notes_the_steps_whose_ranks_held_different_wrappers():
     assert [line for line in run_notes(apart, AuditConfig()) if "LK401" in line] == [
         "On 3 sampled steps the ranks' DDP wrappers did not hold the same parameters (a wrapper or a parameter on "
         "some ranks only), so their replicas were not compared there (LK401, LK402)."]
+
+
+def test_lk401_lk402_name_the_ranks_apart():
+    one_of_four = {**_row("fc.weight", 0, 0.3, 0, 0.2), "param_ranks": [[0, 1, 3], [2]], "grad_ranks": [[0], [1]]}
+    params = fires("LK401", _stats([one_of_four]))
+    assert "; rank 2 differs from ranks 0, 1, 3)" in params.message and params.evidence["ranks"] == [[0, 1, 3], [2]]
+    assert "; ranks 0 and 1 differ)" in fires("LK402", _stats([one_of_four])).message
+    split = {**one_of_four, "param_ranks": [[0, 1], [2, 3]]}
+    assert "the ranks split into ranks 0, 1; ranks 2, 3" in fires("LK401", _stats([split])).message
+    each = {**one_of_four, "param_ranks": [[0], [1], [2], [3]]}
+    assert "all 4 ranks differ from each other" in fires("LK401", _stats([each])).message
