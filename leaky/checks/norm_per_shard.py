@@ -63,7 +63,7 @@ def _finding(calls: list[dict], compared: int, norms: list[dict]) -> Finding:
               if first["norm_spread"] else "")
     count = f"{first['tensors']} gradient{'s' if first['tensors'] != 1 else ''}"
     message = (f"{call} at step {first['step']} acted on a norm of {num(first['norm'])} on rank 0, but the "
-               f"{count} it covered ({covered}) have a global norm of "
+               f"{count} it covered ({covered}) {'have' if first['tensors'] != 1 else 'has'} a global norm of "
                f"{num(first['global_norm'])} over the {ranks} ranks: a ratio of {ratio:.3f} (1/√{ranks} = "
                f"{ranks ** -0.5:.3f} when the shards are alike){spread}. Each rank took the norm of its own shard, "
                f"||g_k||, not ||g|| = √(Σ_k ||g_k||²), so each shard is clipped by its own factor and the update "

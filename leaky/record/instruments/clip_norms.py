@@ -77,6 +77,7 @@ class ClipNorms:
         self.noted: list[ClipNorm] = []
         self._steps: dict[int, list[_Pending]] = {}        # sampled step -> its calls, until a flush
         self._flying: list[tuple[int, list[_Pending]]] = []   # those handed to the flush's all-reduce
+        self._provided: int | None = None   # the sampled step whose block a flush took while it ran
         self._depth = 0
         self._patches = [Patch(nn_utils, name, functools.partial(self._wrapped, name, keyword, at))
                          for name, keyword, at in _PATCHED if name in vars(nn_utils)]
@@ -157,8 +158,9 @@ class ClipNorms:
             pending.norm = norm.detach().float().reshape(()).to(pending.shards.device)
 
     def end_step(self, step: int) -> None:
-        """A sampled step has its block of values on every rank, whether or not it clipped."""
-        if self.host.observing and distributed.running():
+        """A sampled step has its block of values on every rank, whether or not it clipped (an
+        audited step's was handed to the flush already)."""
+        if self.host.observing and distributed.running() and step != self._provided:
             self._steps.setdefault(step, [])
 
     def _provide(self) -> list[torch.Tensor]:
@@ -168,6 +170,7 @@ class ClipNorms:
         alike), so the sizes match."""
         if self.host.observing:
             self._steps.setdefault(self.host.step, [])
+            self._provided = self.host.step
         self._flying, self._steps = sorted(self._steps.items()), {}
         zero = torch.zeros(())
         values = []
