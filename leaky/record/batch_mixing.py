@@ -112,6 +112,12 @@ class BatchMixing:
         if next(module.parameters(), None) is None:
             self._skipped.add(id(module))
             return   # a loss module (nn.CrossEntropyLoss()): it reduces the batch by design
+        if type(module).__name__ == "FullyShardedDataParallel":
+            self._skipped.add(id(module))
+            # FSDP1: its forward gathers the shards and its backward reduce-scatters, and no
+            # inner module runs without them: a probe's extra pass left its flat parameter's
+            # views stale, and the script's next forward failed
+            return
         inner = unwrapped_module(module)
         dims = self._dims.get(id(module))
         if dims is None:

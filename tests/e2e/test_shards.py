@@ -3,7 +3,8 @@ FSDP1, FSDP2 and DDP collectives (no mock). The broken programs clip by a norm o
 shard (torch.nn.utils.clip_grad_norm_ on an FSDP1 model's flat parameters, a norm of
 p.grad.to_local() handed to clip_grads_with_norm_ under FSDP2); their healthy look-alikes clip
 by the global norm (FSDP1's own model.clip_grad_norm_, clip_grad_norm_ on FSDP2's DTensor
-gradients, DDP's whole averaged gradients). Five launches: four at 2 ranks, one at 4; one of them a watch."""
+gradients, DDP's whole averaged gradients). Six launches: four at 2 ranks, two at 4 (the FSDP1 program with leaky and without:
+its losses bit for bit); one of them a watch."""
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ for step in range(6):
         torch.nn.utils.clip_grads_with_norm_(params, 0.5, norm)                   # CLIP
     else:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)          # CLIP
-    print(f"rank {rank} step {step} loss {loss.item():.8f}", flush=True)
+    print(f"rank {rank} step {step} loss {loss.item():.8f} bits {loss.item().hex()}", flush=True)
     opt.step()
 dist.destroy_process_group()
 """
@@ -66,14 +67,13 @@ def _line(mode: str, tag: str) -> int:
     return next(i for i, l in enumerate(lines[start:], start + 1) if f"# {tag}" in l)
 
 
-def _launch(tmp_path, mode: str, ranks: int = 2, steps: int | None = None, command: tuple = ("audit",)):
+def _launch(tmp_path, mode: str, ranks: int = 2, command: tuple = ("audit",)):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT))
     report = tmp_path / f"out_{mode}_{ranks}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    limit = ["--steps", str(steps)] if steps else []
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
-                           f"--master_port={_free_port()}", "-m", "leaky", *command, *limit, "--json", str(report),
+                           f"--master_port={_free_port()}", "-m", "leaky", *command, "--json", str(report),
                            str(script), mode], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert report.exists(), done.stderr[-3000:]
     data = json.loads(report.read_text())
@@ -81,14 +81,27 @@ def _launch(tmp_path, mode: str, ranks: int = 2, steps: int | None = None, comma
     return data, done.stdout
 
 
+def _plain(tmp_path, mode: str, ranks: int) -> str:
+    """The script's own output under torchrun, without leaky."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                           f"--master_port={_free_port()}", str(tmp_path / "train.py"), mode],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _bits(out: str) -> dict:
+    return {(int(r), int(s)): bits for r, s, bits in re.findall(r"rank (\d) step (\d) loss \S+ bits (0x[0-9a-fp.+-]+)", out)}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     pytest.importorskip("torch.distributed")
     tmp_path = tmp_path_factory.mktemp("shards")
-    # NOTE: FSDP1 is observed for one step: leaky's observation of FSDP1 fails its second
-    # forward (a flat parameter's views), a limit of its own, not of the clip's check
-    return {"fsdp1-bad": _launch(tmp_path, "fsdp1-bad", ranks=4, steps=1),
-            "fsdp1-good": _launch(tmp_path, "fsdp1-good", steps=1),
+    return {"fsdp1-bad": _launch(tmp_path, "fsdp1-bad", ranks=4),
+            "fsdp1-plain": _plain(tmp_path, "fsdp1-bad", ranks=4),
+            "fsdp1-good": _launch(tmp_path, "fsdp1-good"),
             "fsdp2-bad": _launch(tmp_path, "fsdp2-bad"),
             "fsdp2-good": _launch(tmp_path, "fsdp2-good"),
             # a watch copies its series in batches: the last ones when the script tears its group down
@@ -111,6 +124,15 @@ def test_fsdp1_clip_grad_norm_on_the_flat_shards_is_the_ratio_of_the_scripts_own
     assert evidence["ratio"] == pytest.approx(norm / truth, rel=1e-5) and evidence["ratio"] < 0.99
     assert "model.clip_grad_norm_(max_norm)" in finding["fix"]
     assert "over the 4 ranks" in finding["message"] and "1/√4 = 0.500" in finding["message"]
+    assert finding["evidence"]["calls"] == finding["evidence"]["compared"] == 6   # every step: the run goes on
+
+
+def test_fsdp1_trains_bit_for_bit_as_without_leaky(runs):
+    """The batch-mixing probe leaves FSDP1 alone: its extra forward and backward through the
+    wrapper left the flat parameter's views stale, and the script's next forward failed."""
+    (data, out), plain = runs["fsdp1-bad"], runs["fsdp1-plain"]
+    assert len(_bits(plain)) == 4 * 6 and _bits(out) == _bits(plain)
+    assert not [f for f in data["findings"] if f["code"] == "LK108"]   # the probe's pass was what cut it
 
 
 def test_fsdp2_a_norm_of_local_shards_handed_to_the_clip_is_one_finding_at_the_clip(runs):
