@@ -93,7 +93,7 @@ _SAID = {"backward_share": "of the steps passed the gradient through it",
 def _differences(pair: Pair, stats_a: dict, stats_b: dict, noise: Noise) -> list[dict]:
     """The statistics of an aligned site that differ beyond the noise. A site on one side
     only is held against none at all: a share it has (of the gradient zeroed, of its units
-    dead or flat) is a difference; a gain is not (a reduction has one by its shape)."""
+    dead or flat) is a difference; a gain or the share of steps it ran on is not."""
     found = []
     if pair.a is not None and pair.b is not None and bool(pair.a.get("steps")) != bool(pair.b.get("steps")):
         # its forward ran on both sides, its backward on one only: a cut between it and the loss
@@ -111,7 +111,9 @@ def _differences(pair: Pair, stats_a: dict, stats_b: dict, noise: Noise) -> list
             continue
         tolerance = noise.tolerance(stat, pair.a, pair.b)
         if x is None or y is None:
-            if stat in LOG_SCALE or pair.status == "same":
+            # NOTE: a gain or the share of steps its backward ran is no difference by itself:
+            # every site has one (a reduction's gain is set by its shape)
+            if stat in LOG_SCALE or stat == "backward_share" or pair.status == "same":
                 continue
             beyond = abs(x if y is None else y) > tolerance
         else:
