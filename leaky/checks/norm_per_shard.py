@@ -69,7 +69,8 @@ def _finding(calls: list[dict], compared: int, norms: list[dict]) -> Finding:
                f"||g_k||, not ||g|| = √(Σ_k ||g_k||²), so each shard is clipped by its own factor and the update "
                f"no longer points along the gradient ({len(calls)} of {compared} sampled clip calls).")
     if norms:
-        message += " " + "; ".join(f"torch.nn.utils.{n['call']} at {line_of(Source(n['source']['file'], n['source']['line']))} "
+        message += " " + "; ".join(f"torch.nn.utils.{n['call']} at "
+                                   f"{line_of(Source(n['source']['file'], n['source']['line']))} "
                                    f"took the same kind of norm (ratio {n['ratio']:.3f})" for n in norms) + "."
     if "FSDP1 flat parameters" in first["covered"]:
         fix = ("Clip through the FSDP1 wrapper: model.clip_grad_norm_(max_norm), which all-reduces the shards' "

@@ -133,6 +133,13 @@ def is_dtensor(value) -> bool:
     return type(value).__name__ == "DTensor" and hasattr(value, "to_local")
 
 
+def is_flat_shard(param) -> bool:
+    """An FSDP1 flat parameter holding one rank's shard (fewer elements than the whole: NO_SHARD
+    keeps whole copies)."""
+    whole = getattr(param, "_unpadded_unsharded_size", None)
+    return getattr(param, "_is_flat_param", False) and whole is not None and param.numel() < whole.numel()
+
+
 def local(value):
     """This rank's shard of a DTensor (the tensor itself otherwise): for per-rank probes."""
     return value.to_local() if is_dtensor(value) else value
@@ -238,6 +245,6 @@ def sum_across_ranks(values: list) -> list:
     return list(stacked)
 
 
-__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "spread", "gather_events", "is_dtensor", "local", "materialise",
+__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "spread", "gather_events", "is_dtensor", "is_flat_shard", "local", "materialise",
            "sharded_squares", "squared_norm", "sum_across_ranks", "world_size", "collective_device", "torch",
            "total_norm"]

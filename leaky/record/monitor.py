@@ -93,6 +93,7 @@ class StepMonitor:
         # (provide, receive) of an instrument's values summed over the ranks in the flush's
         # all-reduce (record/instruments/: InstrumentHost.across_ranks)
         self.riders: list[tuple[Callable, Callable]] = []
+        self._flat: dict[int, bool] = {}   # id(optimizer) -> it holds FSDP1 flat-parameter shards
 
     def note_zero_grad(self) -> None:
         self._zeroed = True
@@ -125,7 +126,7 @@ class StepMonitor:
                 try:
                     torch._C._set_grad_enabled(False)
                     with torch._C.DisableTorchFunction():
-                        norm = distributed.total_norm(grads)
+                        norm = self._flat_sharded(optimizer) or distributed.total_norm(grads)
                         if norm is None:
                             plain, shards = distributed.sharded_squares(grads)
                             # NOTE: FSDP2 shards are summed over ranks at the batched flush, not per step.
@@ -135,6 +136,22 @@ class StepMonitor:
         lr = _learning_rate(optimizer)
         self.pending.append(SeriesRow(step, self.loss, norm, lr, index, self.terms))
         self.loss, self.terms, self._zeroed = None, None, False
+
+    def _flat_sharded(self, optimizer) -> "_Sharded | None":
+        """Under FSDP1, the squared norms of the flat parameters' shards (to be summed over the
+        ranks at the flush) and of the other gradients; None for any other optimizer (asked
+        once per optimizer)."""
+        flat = self._flat.get(id(optimizer))
+        if flat is None:
+            flat = self._flat[id(optimizer)] = distributed.running() and any(
+                distributed.is_flat_shard(p) for group in optimizer.param_groups for p in group["params"])
+        if not flat:
+            return None
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        shards = [p.grad for p in params if distributed.is_flat_shard(p)]
+        rest = [p.grad for p in params if not distributed.is_flat_shard(p)]
+        return _Sharded(distributed.squared_norm(rest) if rest else None, distributed.squared_norm(shards)) \
+            if shards else None
 
     def due(self) -> bool:
         return len(self.pending) >= self.batch
@@ -179,7 +196,8 @@ class StepMonitor:
         device = distributed.collective_device()
         with torch._C.DisableTorchFunction(), torch.no_grad():
             zero, one = torch.zeros((), device=device), torch.ones((), device=device)
-            sharded = [row.grad_norm.shards.float().to(device) for row in pending if isinstance(row.grad_norm, _Sharded)]
+            sharded = [row.grad_norm.shards.float().to(device) for row in pending
+                       if isinstance(row.grad_norm, _Sharded)]
             losses = [zero if row.loss is None else row.loss.float().reshape(()).to(device) for row in pending]
             counts = [zero if row.loss is None else one for row in pending]
             summed = distributed.sum_across_ranks(sharded + losses + counts + [v.to(device) for r in rides for v in r])

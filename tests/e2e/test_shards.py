@@ -3,8 +3,8 @@ FSDP1, FSDP2 and DDP collectives (no mock). The broken programs clip by a norm o
 shard (torch.nn.utils.clip_grad_norm_ on an FSDP1 model's flat parameters, a norm of
 p.grad.to_local() handed to clip_grads_with_norm_ under FSDP2); their healthy look-alikes clip
 by the global norm (FSDP1's own model.clip_grad_norm_, clip_grad_norm_ on FSDP2's DTensor
-gradients, DDP's whole averaged gradients). Six launches: four at 2 ranks, two at 4 (the FSDP1 program with leaky and without:
-its losses bit for bit); one of them a watch."""
+gradients, DDP's whole averaged gradients). Six launches: four at 2 ranks, two at 4 (the FSDP1
+program with leaky and without: its losses bit for bit); one of them a watch."""
 from __future__ import annotations
 
 import json
@@ -92,7 +92,8 @@ def _plain(tmp_path, mode: str, ranks: int) -> str:
 
 
 def _bits(out: str) -> dict:
-    return {(int(r), int(s)): bits for r, s, bits in re.findall(r"rank (\d) step (\d) loss \S+ bits (0x[0-9a-fp.+-]+)", out)}
+    found = re.findall(r"rank (\d) step (\d) loss \S+ bits (0x[0-9a-fp.+-]+)", out)
+    return {(int(r), int(s)): bits for r, s, bits in found}
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +149,17 @@ def test_fsdp2_a_norm_of_local_shards_handed_to_the_clip_is_one_finding_at_the_c
 def test_a_clip_by_the_global_norm_is_quiet(runs, mode):
     data, out = runs[mode]
     assert _lk403(data) == [] and "rank 1 step 0" in out
+
+
+def test_fsdp1_gradient_norms_are_those_of_the_full_gradient(runs):
+    """FSDP1 clipping by its own global norm trains as DDP clipping whole averaged gradients:
+    the every-step gradient norm sums the flat shards' squares over the ranks (not rank 0's
+    shard), and the losses are the same ranks' means."""
+    fsdp1, ddp = runs["fsdp1-good"][0]["series"], runs["ddp"][0]["series"]
+    assert len(fsdp1) == len(ddp) == 6
+    for a, b in zip(fsdp1, ddp):
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4), a["step"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4), a["step"]
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2-good"])

@@ -11,7 +11,8 @@ from leaky.record.run_record import RunRecord
 @derived("clip_norms")
 def clip_norms(run: RunRecord, sums) -> tuple[dict, ...]:
     """Per call on a sampled step, in order: {call, source {file, line}, step, covered, tensors,
-    dtype, eps (its precision), ranks, norm (this rank's), global_norm, ratio, norm_mean, norm_spread (over the ranks)}."""
+    dtype, eps (its precision), ranks, norm (this rank's), global_norm, ratio, norm_mean and
+    norm_spread (over the ranks)}."""
     noted = run.parts.get("clip_norms", ())
     if not noted:
         return ()

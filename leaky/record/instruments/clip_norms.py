@@ -130,12 +130,12 @@ class ClipNorms:
         pairs = [(p, g) for p, g in pairs if g is not None and not g.is_sparse]
         if not pairs:
             return
-        owned = _shard_storages(self.host.modules.parameters()) if any(
-            not distributed.is_dtensor(g) and (p is None or not _flat_shard(p)) for p, g in pairs) else {}
+        named = [DTENSOR if distributed.is_dtensor(g) else FLAT if p is not None and distributed.is_flat_shard(p)
+                 else None for p, g in pairs]
+        owned = _shard_storages(self.host.modules.parameters()) if None in named else {}
         kinds, whole, shards = set(), [], []
-        for param, grad in pairs:
-            kind = DTENSOR if distributed.is_dtensor(grad) else FLAT if param is not None and _flat_shard(param) \
-                else owned.get(grad.data_ptr()) if grad.numel() else None
+        for (_, grad), kind in zip(pairs, named):
+            kind = kind or (owned.get(grad.data_ptr()) if grad.numel() else None)
             kinds.add(kind or "whole tensors")
             (shards if kind else whole).append(distributed.local(grad))
         zero = torch.zeros((), device=distributed.local(pairs[0][1]).device)
@@ -207,12 +207,6 @@ def _listed(args: tuple, kwargs: dict, keyword: str) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _flat_shard(param) -> bool:
-    """An FSDP1 flat parameter holding one rank's shard (fewer elements than the whole)."""
-    whole = getattr(param, "_unpadded_unsharded_size", None)
-    return getattr(param, "_is_flat_param", False) and whole is not None and param.numel() < whole.numel()
-
-
 def _shard_storages(tracked) -> dict[int, str]:
     """The data pointers of the tracked parameters' sharded gradients, by kind."""
     owned = {}
@@ -222,6 +216,6 @@ def _shard_storages(tracked) -> dict[int, str]:
             continue
         if distributed.is_dtensor(grad):
             owned[grad.to_local().data_ptr()] = LOCAL
-        elif _flat_shard(param):
+        elif distributed.is_flat_shard(param):
             owned[grad.data_ptr()] = FLAT
     return owned
