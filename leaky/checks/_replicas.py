@@ -110,11 +110,11 @@ def cause(data: dict, rows: list[dict], step: int, kind: str) -> tuple[str, Sour
         return (f"Some ranks computed no gradient for them and others did: they were used on some ranks only, "
                 f"and the wrapper{at}{flag} did not make every rank hold the average.", built, "used_on_some_ranks")
     if kind == "param" and step == rows[0]["first_compared"]:
-        init = " (it was built with init_sync=False, so rank 0's weights were not broadcast)" \
-            if not wrapper["init_sync"] else ""
-        return (f"They differ at the first step compared already: each rank initialised its weights on its own "
-                f"(a rank-dependent seed) and nothing broadcast them before training; the wrapper{at}{init}.",
-                built, "init_not_broadcast")
+        how = ("it was built with init_sync=False, so rank 0's weights were not broadcast: each rank kept its own "
+               "initialisation (a rank-dependent seed)") if not wrapper["init_sync"] else \
+            "it broadcast rank 0's weights, so they were initialised, loaded or changed on some ranks after it"
+        return (f"They differ at the first step compared already: the ranks did not start from the same weights, "
+                f"and nothing made them equal before training; the wrapper{at}: {how}.", built, "init_not_broadcast")
     rewrapped = [w for w in data["wrappers"] if w is not wrapper and w["module"] == wrapper["module"] is not None]
     if rewrapped:
         steps = sorted(w["built_step"] for w in data["wrappers"] if w["module"] == wrapper["module"]

@@ -61,8 +61,9 @@ _FIXES = {
                       "after unfreezing.",
     "no_sync": "Leave no_sync() for the last micro-step of each accumulation: run its forward and backward "
                "outside the context, so DDP all-reduces the accumulated gradient before opt.step().",
-    "init_not_broadcast": "Seed the weights' initialisation the same on every rank, or let DDP broadcast rank 0's "
-                          "weights when it is built (init_sync=True, the default).",
+    "init_not_broadcast": "Give every rank the same weights before the wrapper is built (the same seed, a checkpoint "
+                          "loaded on every rank) and let DDP broadcast rank 0's when it is built (init_sync=True, "
+                          "the default); load or change weights before wrapping, not after.",
     "wrapped_afresh": "Wrap the model once, before training, and keep that wrapper for every epoch.",
     "used_on_some_ranks": "Use every parameter on every rank, or build DDP with find_unused_parameters=True.",
     "unknown": "Compare the ranks' weights (torch.distributed.all_gather of a parameter's norm) step by step "

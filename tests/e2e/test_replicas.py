@@ -2,7 +2,7 @@
 real DDP all-reduces (no mock). Each broken program is the idiom people write, and the finding
 names the step, the parameters and the line; the healthy look-alike (accumulation with no_sync
 used right, find_unused_parameters with a branch unused everywhere, a per-rank expert kept out of
-DDP, a second model left unwrapped) is quiet. One launch per program: 5 at 2 ranks, 1 at 4."""
+DDP, a second model left unwrapped) is quiet. One launch per program: 6 at 2 ranks, 1 at 4."""
 from __future__ import annotations
 
 import json
@@ -106,6 +106,22 @@ for step in range(6):
     loss.backward()
     opt.step()
 """,
+    # (3''') rank 0 resumes from a checkpoint after the wrapper broadcast the fresh weights
+    "loaded": """
+torch.manual_seed(0)
+model = Net()
+ddp = DDP(model)   # WRAP
+if rank == 0:
+    torch.save(Net().state_dict(), "warm.pt")   # an earlier run's weights
+    model.load_state_dict(torch.load("warm.pt"))
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+for step in range(6):
+    x, y = batch()
+    loss = ((ddp(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
     # the healthy look-alikes, in one program, audited through the Python API: the wrapper is
     # built before the audit starts (noted at its first forward); rank 0 writes what was compared
     "healthy": """
@@ -147,7 +163,7 @@ if rank == 0:
                    "use": list(observed.stats.derived["replicas"]["use"].values())}, out)
 """,
 }
-RANKS = {"replaced": 4}
+RANKS = {"loaded": 4}
 API = {"healthy"}   # run by torchrun itself, audited with leaky.audit()
 
 
@@ -221,7 +237,7 @@ def test_a_rank_seeded_init_never_broadcast(reports):
     assert "LK402" not in _codes(data)   # DDP averaged the gradients: those are equal
 
 
-def test_a_head_replaced_after_wrapping_on_four_ranks(reports):
+def test_a_head_replaced_after_wrapping(reports):
     data = reports["replaced"]
     for code in ("LK402", "LK401"):
         found = _one(data, code)
@@ -229,7 +245,16 @@ def test_a_head_replaced_after_wrapping_on_four_ranks(reports):
         assert sorted(found["evidence"]["params"]) == ["fc2.bias", "fc2.weight"]
         assert found["source"]["line"] == _line("replaced", "WRAP")
         assert found["evidence"]["compared"] == 4   # fc1 synced and equal, fc2 compared by name
-        assert found["evidence"]["ranks"] == [[0], [1], [2], [3]]   # each rank stepped on its own data
+        assert found["evidence"]["ranks"] == [[0], [1]]   # each rank stepped on its own data
+
+
+def test_a_checkpoint_loaded_on_rank_0_after_wrapping_on_four_ranks(reports):
+    data = reports["loaded"]
+    found = _one(data, "LK401")
+    assert (found["step"], found["evidence"]["cause"], found["source"]["line"]) == (0, "init_not_broadcast",
+                                                                                   _line("loaded", "WRAP"))
+    assert found["evidence"]["ranks"] == [[1, 2, 3], [0]] and "rank 0 differs from ranks 1, 2, 3" in found["message"]
+    assert len(found["evidence"]["params"]) == 4 and "LK402" not in _codes(data)   # the gradients are averaged
 
 
 def test_a_backbone_unfrozen_after_wrapping(reports):
