@@ -1,14 +1,11 @@
 """`leaky diff`: compare two runs, and name the first op where the gradient flow parted."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 
-from rich.text import Text
-
-from leaky.cli.output import emit, error
+from leaky.cli.output import emit, error, live_progress
 from leaky.cli.parser import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE
 from leaky.report.terminal import people_console
 
@@ -69,18 +66,7 @@ def cmd_diff(args) -> int:
     from leaky.diff.session import DiffError, diff, unusable
     from leaky.report.diff import render_diff
 
-    err = people_console(stderr=True)
-    status = err.status("leaky diff: starting") if err.is_terminal else contextlib.nullcontext()
-    current = {"text": ""}
-
-    def progress(text: str) -> None:
-        current["text"] = text
-        err.print(Text(f"leaky diff: {text}", style="dim"))
-
-    def on_step(done: int, total: int) -> None:
-        if err.is_terminal and done % 10 == 0:
-            status.update(f"leaky diff: {current['text']}: step {done}/{total}")
-
+    status, progress, on_step = live_progress("diff")
     sides = []
     try:
         with status:

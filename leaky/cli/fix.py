@@ -4,9 +4,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from rich.text import Text
-
-from leaky.cli.output import emit, error
+from leaky.cli.output import emit, error, live_progress
 from leaky.cli.parser import EXIT_OK, EXIT_UNUSABLE
 from leaky.report.terminal import people_console
 
@@ -52,7 +50,6 @@ def rerun_command(args, verb: str, config, run, render, words: tuple[str, str, s
     from leaky.script import ScriptError, script_program
 
     nothing, first_run, interrupted = words
-    err = people_console(stderr=True)
     if (args.script is None) == (args.example is None):
         error(f"leaky {verb} takes a training script, or --example NAME (one of them)")
         return None, EXIT_UNUSABLE
@@ -69,17 +66,7 @@ def rerun_command(args, verb: str, config, run, render, words: tuple[str, str, s
         error(exc.args[0])
         return None, EXIT_UNUSABLE
 
-    status = err.status(f"leaky {verb}: starting") if err.is_terminal else contextlib.nullcontext()
-    current = {"text": ""}
-
-    def progress(text: str) -> None:
-        current["text"] = text
-        err.print(Text(f"leaky {verb}: {text}", style="dim"))
-
-    def on_step(done: int, total: int) -> None:
-        if err.is_terminal and done % 10 == 0:
-            status.update(f"leaky {verb}: {current['text']}: step {done}/{total}")
-
+    status, progress, on_step = live_progress(verb)
     try:
         with status:
             result = run(program, config, name, progress, on_step)

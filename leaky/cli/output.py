@@ -46,6 +46,30 @@ class Progress:
         (self.live.console if self.live else self.console).print(renderable)
 
 
+def live_progress(verb: str):
+    """(status, progress, on_step) for a command that runs the program several times (`leaky
+    fix`, `probe`, `diff`): `progress(text)` prints a dim line on stderr and names the run under
+    way, `on_step(done, total)` updates a live status line on a terminal every 10 steps;
+    `status` is the context manager that shows it (nothing off a terminal)."""
+    import contextlib
+
+    from leaky.report.terminal import people_console
+
+    err = people_console(stderr=True)
+    status = err.status(f"leaky {verb}: starting") if err.is_terminal else contextlib.nullcontext()
+    current = {"text": ""}
+
+    def progress(text: str) -> None:
+        current["text"] = text
+        err.print(Text(f"leaky {verb}: {text}", style="dim"))
+
+    def on_step(done: int, total: int) -> None:
+        if err.is_terminal and done % 10 == 0:
+            status.update(f"leaky {verb}: {current['text']}: step {done}/{total}")
+
+    return status, progress, on_step
+
+
 def main_process() -> bool:
     """Under torchrun only rank 0 prints and writes."""
     from leaky.process.distributed import is_main

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from leaky.report.format import ellipsize, module_label
-from leaky.report.html.svg import COLOR, Scale, coord, decade, decade_range, decade_ticks, svg_open, svg_text, swatch
+from leaky.report.html.svg import COLOR, Scale, coord, decade_range, flow_axis, svg_open, svg_text, swatch
 from leaky.report.html.values import esc, positive, share_text, value_text
 
 # What a finding says about the gradient at the modules it names, by code: it is lost there
@@ -93,15 +93,7 @@ def flow_chart(modules: list[dict], findings: list[dict] | None = None) -> str:
 
 def _axis(x: Scale, lo: int, hi: int, height: int) -> list[str]:
     """Decade grid lines and labels, and the three column headings."""
-    out = []
-    for k in decade_ticks(lo, hi):
-        out.append(f'<line x1="{coord(x(k))}" y1="{TOP - 6}" x2="{coord(x(k))}" y2="{height - 8}" '
-                   f'stroke="{COLOR["grid"]}"/>')
-        out.append(svg_text(x(k), TOP - 10, decade(k), "tick", "middle"))
-    out.append(svg_text(LABEL_W - 8, 12, "loss end ↓ input end", "axis-label", "end"))
-    out.append(svg_text(LABEL_W + BAR_W / 2, 12, "gradient norm arriving (log scale)", "axis-label", "middle"))
-    out.append(svg_text(LABEL_W + BAR_W + 14, 12, "gain through it", "axis-label"))
-    return out
+    return flow_axis(x, lo, hi, height, TOP, LABEL_W, BAR_W, "gain through it")
 
 
 def _path(modules: list[dict], classes: list[str], x: Scale) -> list[str]:

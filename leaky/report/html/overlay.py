@@ -15,7 +15,7 @@ import math
 
 from leaky.report.format import ellipsize
 from leaky.report.html.linechart import legend, line_chart, spread
-from leaky.report.html.svg import (COLOR, PALETTE, Scale, coord, decade, decade_range, decade_ticks, svg_open,
+from leaky.report.html.svg import (COLOR, PALETTE, Scale, coord, decade_range, flow_axis, svg_open,
                                    svg_text)
 from leaky.report.html.values import esc, finite, positive, value_text
 
@@ -50,15 +50,7 @@ def flow_overlay(flow: list[dict], label_a: str, label_b: str) -> str:
 
 
 def _flow_axis(x: Scale, lo: int, hi: int, height: int) -> list[str]:
-    out = []
-    for k in decade_ticks(lo, hi):
-        out.append(f'<line x1="{coord(x(k))}" y1="{TOP - 6}" x2="{coord(x(k))}" y2="{height - 8}" '
-                   f'stroke="{COLOR["grid"]}"/>')
-        out.append(svg_text(x(k), TOP - 10, decade(k), "tick", "middle"))
-    out.append(svg_text(LABEL_W - 8, 12, "loss end ↓ input end", "axis-label", "end"))
-    out.append(svg_text(LABEL_W + PLOT_W / 2, 12, "gradient norm arriving (log scale)", "axis-label", "middle"))
-    out.append(svg_text(LABEL_W + PLOT_W + 14, 12, "B / A", "axis-label"))
-    return out
+    return flow_axis(x, lo, hi, height, TOP, LABEL_W, PLOT_W, "B / A")
 
 
 def _flow_row(row: dict, y: float, width: int, first: bool) -> list[str]:

@@ -110,3 +110,18 @@ def svg_text(x: float, y: float, text: str, cls: str = "", anchor: str = "start"
 def swatch(color: str) -> str:
     """A small coloured square for a legend (HTML, beside the chart)."""
     return f'<span class="sw" style="background:{color}"></span>'
+
+
+def flow_axis(x, lo: int, hi: int, height: int, top: int, left: float, plot: float, right: str) -> list[str]:
+    """A gradient-flow chart's decade grid and labels, and its three column headings: the
+    sites (`left` wide), the norm arriving (`plot` wide) and `right` (the report's gain, the
+    comparison's B / A)."""
+    out = []
+    for k in decade_ticks(lo, hi):
+        out.append(f'<line x1="{coord(x(k))}" y1="{top - 6}" x2="{coord(x(k))}" y2="{height - 8}" '
+                   f'stroke="{COLOR["grid"]}"/>')
+        out.append(svg_text(x(k), top - 10, decade(k), "tick", "middle"))
+    out.append(svg_text(left - 8, 12, "loss end ↓ input end", "axis-label", "end"))
+    out.append(svg_text(left + plot / 2, 12, "gradient norm arriving (log scale)", "axis-label", "middle"))
+    out.append(svg_text(left + plot + 14, 12, right, "axis-label"))
+    return out
