@@ -14,10 +14,11 @@ A shard is one rank's piece of a gradient cut across ranks: a DTensor gradient (
 (`_is_flat_param`, holding fewer elements than the unsharded flat parameter: NO_SHARD keeps
 whole copies); or a plain tensor that is one of those (`p.grad.to_local()`, told by its
 storage among the tracked parameters' gradients). The global squared norm is the whole
-tensors' plus the shards' summed over ranks, ||g||^2 = sum_k ||g_k||^2: one all-reduce per
-sampled step, in `end_step`, on every rank (a sampled step is one on every rank, as for the
-per-step exchange), of a fixed-size vector so the ranks' calls match whatever each clipped.
-Values stay on the device until the snapshot.
+tensors' plus the shards' summed over ranks, ||g||^2 = sum_k ||g_k||^2. The sums ride the
+all-reduce of the series' batched flush (InstrumentHost.across_ranks: no collective of its
+own), as a block of fixed size per sampled step since the last flush, so the ranks' calls
+match whatever each clipped (a rank that clips alone cannot hang the others). Values stay on
+the device until the snapshot.
 """
 from __future__ import annotations
 
