@@ -1,12 +1,14 @@
 """Several processes (torchrun, DDP, FSDP): reduce what must be judged globally.
 
 Every collective of leaky is here. Uses the process group the user's script set up; never
-starts one. Per sampled step, one call, `exchange`:
+starts one. Per sampled step, one call, `exchange`, three collectives whatever the model:
 - activation counters are summed across ranks (a unit is dead only if it never fired on
   any rank; `last_active` takes the latest step), into a global copy, so the next step's
   local sums stay local;
 - the first non-finite event of each rank is exchanged, so rank 0 can report an origin
-  that happened on another rank's data.
+  that happened on another rank's data;
+- the replicas' fingerprints (record/instruments/replicas.py) are reduced to their max and
+  min over the ranks (LK401, LK402).
 Parameter gradients under DDP are already averaged across ranks by DDP itself, so their
 norms are those of the full gradient. Under FSDP2 they are DTensor shards: their norms are
 combined across ranks at the flush (`materialise`, `sharded_squares`). Only rank 0 prints
@@ -38,80 +40,86 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def _same_layout(units: dict) -> bool:
-    """All ranks hold the same activation sites with the same unit counts (else: skip)."""
-    layout = [(site, stats.units) for site, stats in sorted(units.items())]
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, layout)
-    return all(other == layout for other in gathered)
-
-
-def reduce_units(units: dict) -> dict[int, dict] | None:
-    """Global copies of the ReLU/flat counters: {site: {"active", "flat", "last_active", "samples", "counted"}}."""
-    if not units or not _same_layout(units):
-        return None
-    result = {}
-    for site, stats in sorted(units.items()):
-        entry = {"samples": stats.samples * dist.get_world_size(), "counted": stats.counted * dist.get_world_size()}
-        for name, op in (("active", dist.ReduceOp.SUM), ("flat", dist.ReduceOp.SUM), ("last_active", dist.ReduceOp.MAX)):
-            value = getattr(stats, name)
-            if value is not None:
-                copy = value.detach().clone()
-                dist.all_reduce(copy, op=op)
-                entry[name] = copy
-        result[site] = entry
-    return result
-
-
 class Exchanged(NamedTuple):
     """What the ranks told each other at one sampled step."""
 
-    units: dict[int, dict] | None   # activation counters summed across ranks (reduce_units); None: layouts differ
+    units: dict[int, dict] | None   # activation counters summed across ranks; None: layouts differ
     events: list[dict]              # each rank's first non-finite event, with its rank; [] when not asked
     replicas: torch.Tensor | None = None   # (2, rows, 2): each replica fingerprint's max and min over the ranks
     replica_ranks: torch.Tensor | None = None   # (ranks, rows, 2): every rank's, once: the first step some differ
 
 
+_COUNTERS = ("active", "flat")   # summed over the ranks; last_active: the latest over them
+
+
 def exchange(units: dict, event: dict | None, events_wanted: bool,
              fingerprints: tuple[torch.Tensor | None, int, bool] = (None, 0, False)) -> Exchanged:
     """The one exchange of a sampled step, called by every rank at the same step (DDP keeps
-    ranks in step; record/steps.py, after the step's flush): the activation counters summed,
-    while `events_wanted`, every rank's first non-finite event (`event`: this rank's), and the
-    spread of the replica fingerprints (`fingerprints`: this rank's, its layout's signature, and
-    whether every rank's values are wanted, at the first step they differ).
-    derive/ranks.py and record/instruments/replicas.py fold what it returns; neither makes a
-    collective call of its own."""
-    return Exchanged(reduce_units(units), gather_events(event) if events_wanted else [], *spread(*fingerprints))
+    ranks in step; record/steps.py, after the step's flush): the activation counters summed
+    (a unit is dead only if it never fired on any rank), while `events_wanted` every rank's
+    first non-finite event (`event`: this rank's), and the spread of the replica fingerprints
+    (`fingerprints`: this rank's (rows, 2) float64 values, its layout's signature, and whether
+    every rank's values are wanted, at the first step they differ).
 
-
-def spread(fingerprints: torch.Tensor | None, signature: int,
-           ranks_wanted: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """((2, rows, 2): the largest and the smallest value of each fingerprint over the ranks, or
-    None when no rank has any or their layouts differ (then nothing is compared); (ranks, rows, 2):
-    every rank's fingerprints when `ranks_wanted` and some differ, else None).
-
-    Two all-reduces (MAX) of small tensors: the row count and the layout's signature with their
-    negatives (equal everywhere iff max == -max(-x)), then cat([f, -f]), whose halves give the
-    max and, negated, the min of every element. Called by every rank at every sampled step.
-    While `ranks_wanted` (the same on every rank), a step whose max and min differ anywhere also
-    gathers every rank's values, to name the ranks apart: every rank holds the same reduced
-    bytes, so all of them take that branch together."""
+    Three collectives, whatever the model: one gather of the layouts (and the events), one
+    SUM of every counter of every site, and one MAX of every site's last active step with the
+    fingerprints and their negatives (whose halves give each fingerprint's max and, negated,
+    its min). A part whose layout differs on some rank is left out on every rank (nothing
+    is compared), so the reductions always match. derive/ranks.py and
+    record/instruments/replicas.py fold what it returns; neither makes a collective call."""
+    fingerprints_here, signature, ranks_wanted = fingerprints
+    rows = 0 if fingerprints_here is None else fingerprints_here.shape[0]
+    layout = [(site, stats.units) for site, stats in sorted(units.items())]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (layout, rows, signature, event if events_wanted else None))
+    same_units = bool(layout) and all(other[0] == layout for other in gathered)
+    same_rows = bool(rows) and all(other[1:3] == (rows, signature) for other in gathered)
+    events = [dict(other[3], rank=r) for r, other in enumerate(gathered) if other[3] is not None]
     device = collective_device()
-    rows = 0 if fingerprints is None else fingerprints.shape[0]
-    header = torch.tensor([rows, signature, -rows, -signature], dtype=torch.int64, device=device)
-    dist.all_reduce(header, op=dist.ReduceOp.MAX)
-    high, low = header[:2].tolist(), (-header[2:]).tolist()
-    if not rows or high != low:
-        return None, None
-    flat = fingerprints.to(device).reshape(-1)
-    both = torch.cat([flat, -flat])
-    dist.all_reduce(both, op=dist.ReduceOp.MAX)
-    result = torch.stack([both[:flat.numel()], -both[flat.numel():]]).reshape(2, *fingerprints.shape)
-    if not ranks_wanted or torch.equal(result[0], result[1]):
-        return result, None
-    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, flat)
-    return result, torch.stack(gathered).reshape(len(gathered), *fingerprints.shape)
+    ordered = [stats for _, stats in sorted(units.items())] if same_units else []
+    summed = _reduced([getattr(stats, name) for stats in ordered for name in _COUNTERS], dist.ReduceOp.SUM, device)
+    latest = [stats.last_active for stats in ordered]
+    flat = fingerprints_here.to(device).reshape(-1) if same_rows else None
+    extra = [flat, -flat] if flat is not None else []
+    maxed = _reduced(latest + extra, dist.ReduceOp.MAX, device)
+    result = None
+    if same_units:
+        world = dist.get_world_size()
+        result = {}
+        counters = iter(summed)
+        for (site, stats), last in zip(sorted(units.items()), maxed):
+            entry = {"samples": stats.samples * world, "counted": stats.counted * world}
+            for name in _COUNTERS:
+                value = next(counters)
+                if value is not None:
+                    entry[name] = value
+            if last is not None:
+                entry["last_active"] = last
+            result[site] = entry
+    replicas, every = None, None
+    if flat is not None:
+        high, low = maxed[len(latest)], -maxed[len(latest) + 1]
+        replicas = torch.stack([high, low]).reshape(2, *fingerprints_here.shape)
+        if ranks_wanted and not torch.equal(replicas[0], replicas[1]):
+            copies = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+            dist.all_gather(copies, flat)
+            every = torch.stack(copies).reshape(len(copies), *fingerprints_here.shape)
+    return Exchanged(result, events, replicas, every)
+
+
+def _reduced(values: list, op, device) -> list:
+    """One all-reduce of several tensors (None entries kept as None): packed into one float64
+    buffer, reduced, and given back in their own shapes, dtypes and devices. Counts and step
+    indices are whole numbers, exact in float64."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return list(values)
+    with torch.no_grad():
+        buffer = torch.cat([v.detach().to(device=device, dtype=torch.float64).reshape(-1) for v in present])
+        dist.all_reduce(buffer, op=op)
+        pieces = iter(buffer.split([v.numel() for v in present]))
+        return [None if v is None else next(pieces).reshape(v.shape).to(device=v.device, dtype=v.dtype)
+                for v in values]
 
 
 def collective_device() -> torch.device:
@@ -119,13 +127,6 @@ def collective_device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def gather_events(local: dict | None) -> list[dict]:
-    """Every rank's first non-finite event (None where a rank has none), each with its rank."""
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, local)
-    return [dict(event, rank=r) for r, event in enumerate(gathered) if event is not None]
 
 
 def is_dtensor(value) -> bool:
@@ -245,6 +246,6 @@ def sum_across_ranks(values: list) -> list:
     return list(stacked)
 
 
-__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "reduce_units", "spread", "gather_events", "is_dtensor", "is_flat_shard", "local", "materialise",
+__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "is_dtensor", "is_flat_shard", "local", "materialise",
            "sharded_squares", "squared_norm", "sum_across_ranks", "world_size", "collective_device", "torch",
            "total_norm"]
