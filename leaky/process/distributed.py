@@ -141,6 +141,27 @@ def is_flat_shard(param) -> bool:
     return getattr(param, "_is_flat_param", False) and whole is not None and param.numel() < whole.numel()
 
 
+def foreach(fn, first: list, *others, **kwargs) -> list | None:
+    """A torch._foreach_* call `fn(first, *others, **kwargs)`, made on the plain tensors and on
+    the DTensors apart when `first` mixes them (tensor parallelism shards some layers of a
+    model and leaves others whole, and a foreach call refuses the mix); the results in the
+    order of `first` (None for an in-place call). `others`: lists paired with `first`, or
+    scalars passed as they are."""
+    if "DTensor" not in {type(t).__name__ for t in first} or all(map(is_dtensor, first)):
+        return fn(first, *others, **kwargs)
+    kinds = [is_dtensor(t) for t in first]
+    results: list = [None] * len(first)
+    for kind in (False, True):
+        picked = [i for i, k in enumerate(kinds) if k == kind]
+        out = fn([first[i] for i in picked],
+                 *([other[i] for i in picked] if isinstance(other, (list, tuple)) else other for other in others), **kwargs)
+        if out is None:
+            continue
+        for i, value in zip(picked, out):
+            results[i] = value
+    return None if all(r is None for r in results) else results
+
+
 def local(value):
     """This rank's shard of a DTensor (the tensor itself otherwise): for per-rank probes."""
     return value.to_local() if is_dtensor(value) else value
@@ -246,6 +267,6 @@ def sum_across_ranks(values: list) -> list:
     return list(stacked)
 
 
-__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "is_dtensor", "is_flat_shard", "local", "materialise",
+__all__ = ["running", "rank", "is_main", "exchange", "Exchanged", "foreach", "is_dtensor", "is_flat_shard", "local", "materialise",
            "sharded_squares", "squared_norm", "sum_across_ranks", "world_size", "collective_device", "torch",
            "total_norm"]

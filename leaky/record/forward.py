@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from leaky import ops
 
+from leaky.process import distributed
 from leaky.record.reduce import other_dims, sum_over
 
 def producer(tensor: Tensor, depth: int = 4):
@@ -134,7 +135,7 @@ class InputTap:
     def update(self, x: Tensor) -> None:
         with torch.no_grad():
             # NOTE: float64 sums: E[x^2] - mean^2 cancels badly in float32 when |mean| >> std.
-            data = x.detach().double()
+            data = distributed.local(x.detach()).double()   # a DTensor input (tensor parallelism): this rank's part
             dims = other_dims(data.ndim, self.feature_dim)
             self.count += data.numel() // self.features
             self.total = _running(self.total, sum_over(data, dims), torch.add)

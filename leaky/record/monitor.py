@@ -299,7 +299,7 @@ class UpdateMeter:
             self.params.extend(params)
             # NOTE: one copy of every parameter in one call (x * 1.0 is x, bit for bit), not
             # a detach and a clone per parameter
-            self.before.extend(torch._foreach_mul(params, 1.0) if params else ())
+            self.before.extend(distributed.foreach(torch._foreach_mul, params, 1.0) if params else ())
 
     def after_step(self) -> tuple[list, list[Tensor], list[Tensor], list, list[Tensor]]:
         """(params, update norms, weight norms, the low-precision params, their (graded, unchanged)
@@ -307,11 +307,11 @@ class UpdateMeter:
         if not self.params:
             return [], [], [], [], []
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            weights = list(torch._foreach_norm(self.before))
+            weights = list(distributed.foreach(torch._foreach_norm, self.before))
             # NOTE: the difference overwrites the snapshot in place, so the probe never holds
             # more than one copy of the parameters (the sign does not change the norm).
-            torch._foreach_sub_(self.before, self.params)   # under no_grad: no graph, no detach needed
-            updates = list(torch._foreach_norm(self.before))
+            distributed.foreach(torch._foreach_sub_, self.before, self.params)   # under no_grad: no graph, no detach needed
+            updates = list(distributed.foreach(torch._foreach_norm, self.before))
             low, counts = self._rounded()
         params, self.params, self.before = self.params, [], []
         return params, updates, weights, low, counts

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from leaky.process import distributed
+
 
 class ParamTable:
     def __init__(self, modules) -> None:
@@ -54,7 +56,7 @@ class ParamTable:
             grads = [p.grad.coalesce().values() if p.grad.is_sparse else p.grad for p in with_grad]
             reused = [known(g) if known is not None else None for g in grads]
             with torch._C.DisableTorchFunction():
-                computed = iter(torch._foreach_norm([g for g, n in zip(grads, reused) if n is None])
+                computed = iter(distributed.foreach(torch._foreach_norm, [g for g, n in zip(grads, reused) if n is None])
                                 if any(n is None for n in reused) else ())
             buffer.values.extend(n if n is not None else next(computed) for n in reused)
         return [id(p) for p in with_grad], offset

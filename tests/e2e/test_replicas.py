@@ -143,13 +143,19 @@ model.expert.reset_parameters()          # differs per rank by design
 DDP._set_params_and_buffers_to_ignore_for_model(model, ["expert.weight", "expert.bias"])
 ddp = DDP(model, find_unused_parameters=True)
 side = nn.Linear(8, 1)                   # a second model, per rank, never wrapped
-opt = torch.optim.SGD(list(ddp.parameters()) + list(side.parameters()), lr=0.1)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+tp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))   # tensor parallel: each rank its shard
+parallelize_module(tp, init_device_mesh("cpu", (dist.get_world_size(),)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
+shared = torch.Generator().manual_seed(7)   # the tensor-parallel part's input: the same on every rank
+opt = torch.optim.SGD(list(ddp.parameters()) + list(side.parameters()) + list(tp.parameters()), lr=0.1,
+                      foreach=False)   # plain tensors and DTensor shards in one optimizer
 with leaky.audit(steps=6) as observed:
     for i in range(12):
         x, y = batch()
         last = i % 2 == 1
         with contextlib.nullcontext() if last else ddp.no_sync():   # sync on the last micro-step
-            (((ddp(x) + side(x) - y) ** 2).mean() / 2).backward()
+            (((ddp(x) + side(x) - y) ** 2).mean() / 2 + tp(torch.randn(4, 8, generator=shared)).pow(2).mean()).backward()
         if last:
             opt.step()
             opt.zero_grad()
@@ -270,7 +276,7 @@ def test_the_healthy_look_alikes_are_quiet_and_were_compared(reports):
     data = reports["healthy"]
     assert data["steps"] == 6 and not {"LK401", "LK402"} & set(data["codes"]), data["codes"]
     # the synced parameters, the branch no rank uses among them, are compared and exactly equal;
-    # the expert DDP ignores and the unwrapped model are not compared at all
+    # the expert DDP ignores, the unwrapped model and the tensor-parallel shards are not compared at all
     assert data["compared"] == {name: [0.0, 0.0] for name in
                                 ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "unused.weight", "unused.bias")}
     # each step: two forwards through the wrapper, the last one synced, no bypass (the bare
