@@ -3,7 +3,8 @@
 `Patch(owner, name, make)` is a context manager. On enter, `owner.name` becomes
 `make(original)`, the original read from the owner's own namespace (a classmethod put back
 stays a classmethod); on exit, also after an error, the original is back. A Patch that was
-never entered, or has been left already, does nothing on exit.
+never entered, or has been left already, does nothing on exit. `Patches` enters several
+and leaves them in reverse.
 """
 from __future__ import annotations
 
@@ -37,4 +38,26 @@ class Patch:
             setattr(self.owner, self.name, self.original)
 
 
-__all__ = ["Patch"]
+class Patches:
+    """Several Patch, entered in order and left in reverse; when one fails to enter, those
+    already entered are left before the error goes on (a Patch not entered does nothing on
+    exit)."""
+
+    def __init__(self, patches) -> None:
+        self.patches = list(patches)
+
+    def __enter__(self) -> "Patches":
+        try:
+            for patch in self.patches:
+                patch.__enter__()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for patch in reversed(self.patches):
+            patch.__exit__(*exc)
+
+
+__all__ = ["Patch", "Patches"]

@@ -31,7 +31,7 @@ import torch.nn.utils as nn_utils
 
 from leaky.process import distributed
 from leaky.process.frames import is_internal
-from leaky.process.patch import Patch
+from leaky.process.patch import Patch, Patches
 from leaky.record.instruments import InstrumentHost, instrument
 
 PER_STEP = 4        # clip calls compared per sampled step (the first ones): the all-reduce's fixed size
@@ -80,18 +80,16 @@ class ClipNorms:
         self._flying: list[tuple[int, list[_Pending]]] = []   # those handed to the flush's all-reduce
         self._provided: int | None = None   # the sampled step whose block a flush took while it ran
         self._depth = 0
-        self._patches = [Patch(nn_utils, name, functools.partial(self._wrapped, name, keyword, at))
-                         for name, keyword, at in _PATCHED if name in vars(nn_utils)]
+        self._patches = Patches(Patch(nn_utils, name, functools.partial(self._wrapped, name, keyword, at))
+                                for name, keyword, at in _PATCHED if name in vars(nn_utils))
         host.across_ranks(self._provide, self._receive)
 
     def __enter__(self) -> "ClipNorms":
-        for patch in self._patches:
-            patch.__enter__()
+        self._patches.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        for patch in reversed(self._patches):
-            patch.__exit__(*exc)
+        self._patches.__exit__(*exc)
 
     def part(self) -> tuple[ClipNorm, ...]:
         return tuple(self.noted)

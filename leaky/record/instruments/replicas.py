@@ -35,10 +35,10 @@ import zlib
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from leaky.process.distributed import is_dtensor
-from leaky.process.patch import Patch
+from leaky.process.patch import Patch, Patches
 from leaky.record.instruments import InstrumentHost, instrument
 from leaky.record.sites import SourceLocator
 
@@ -117,17 +117,15 @@ class Replicas:
         self._rows: tuple[Row, ...] = ()
         self.uncompared = 0
         self.by_rank: tuple | None = None   # every rank's fingerprints at the first step some differed
-        self._patches = (Patch(DistributedDataParallel, "__init__", self._built),
-                         Patch(DistributedDataParallel, "forward", self._forward))
+        self._patches = Patches((Patch(DistributedDataParallel, "__init__", self._built),
+                                 Patch(DistributedDataParallel, "forward", self._forward)))
 
     def __enter__(self) -> "Replicas":
-        for patch in self._patches:
-            patch.__enter__()
+        self._patches.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        for patch in reversed(self._patches):
-            patch.__exit__(*exc)
+        self._patches.__exit__(*exc)
         for wrapper in self.wrappers:
             if wrapper.hook is not None:
                 wrapper.hook.remove()

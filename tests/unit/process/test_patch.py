@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.autograd.function import Function
 
-from leaky.process.patch import Patch
+from leaky.process.patch import Patch, Patches
 
 
 def test_the_original_is_back_after_an_error_and_a_classmethod_stays_one():
@@ -58,3 +58,20 @@ def test_unless_replaced_leaves_a_later_wrapper_in_place():
         assert warnings.showwarning is original
     finally:
         warnings.showwarning = original
+
+
+def test_patches_leave_every_entered_patch_when_one_fails_to_enter():
+    """A Patch whose attribute is missing fails on enter: the ones entered before it are left
+    again, and the error goes on."""
+    class Owner:
+        a = "a"
+        b = "b"
+
+    patches = Patches([Patch(Owner, "a", lambda original: "A"), Patch(Owner, "missing", lambda original: "?"),
+                       Patch(Owner, "b", lambda original: "B")])
+    with pytest.raises(KeyError):
+        patches.__enter__()
+    assert (Owner.a, Owner.b) == ("a", "b")
+    with Patches([Patch(Owner, "a", lambda original: "A"), Patch(Owner, "b", lambda original: "B")]):
+        assert (Owner.a, Owner.b) == ("A", "B")
+    assert (Owner.a, Owner.b) == ("a", "b")
