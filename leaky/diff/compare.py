@@ -9,10 +9,8 @@ nearer the loss, and the walk from the loss has already looked there.
 """
 from __future__ import annotations
 
-import os
-
 from leaky.diff.align import Pair, align_reports
-from leaky.diff.config import compare_config
+from leaky.diff.config import compare_config, line_text
 from leaky.diff.loss import compare_losses
 from leaky.diff.noise import LOG_SCALE, Noise, scaled, site_stats
 from leaky.numbers import num, pct
@@ -30,10 +28,6 @@ RELEVANT = {"update_ratio": ("learning_rate", "input", "init", "dtype", "mode"),
             "site": ("mode", "init", "input", "learning_rate", "dtype")}
 
 
-def _where(source: dict | None) -> str:
-    return "an unknown line" if not source else f"{os.path.basename(source['file'])}:{source['line']}"
-
-
 def _side(op: dict | None) -> dict | None:
     if op is None:
         return None
@@ -43,8 +37,8 @@ def _side(op: dict | None) -> dict | None:
 
 def _name(op: dict) -> str:
     if op.get("module") is None:
-        return f"`{op['op']}` at {_where(op.get('source'))} (outside any module)"
-    return f"`{op['module']}` (`{op['op']}` at {_where(op.get('source'))})"
+        return f"`{op['op']}` at {line_text(op.get('source'))} (outside any module)"
+    return f"`{op['module']}` (`{op['op']}` at {line_text(op.get('source'))})"
 
 
 def _value(stat: str, value) -> str:
@@ -67,8 +61,8 @@ def _meaning(stat: str, pair: Pair, a, b) -> str:
     who = f"in B, {_name(pair.b)}"
     if pair.status == "changed_op":
         where = f"`{pair.b['module']}` " if pair.b.get("module") is not None else "the op "
-        who = (f"in B, {where}(`{pair.a['op']}` at {_where(pair.a.get('source'))} in A) is `{pair.b['op']}` at "
-               f"{_where(pair.b.get('source'))}, and")
+        who = (f"in B, {where}(`{pair.a['op']}` at {line_text(pair.a.get('source'))} in A) is `{pair.b['op']}` at "
+               f"{line_text(pair.b.get('source'))}, and")
     if stat == "zeroed_share":
         return f"{who} zeroes {y} of the gradient that reaches it (A: {x})"
     if stat == "gain":
@@ -156,7 +150,7 @@ def _change(entry: dict, pair: Pair, config: list[dict], only_b: list[dict]) -> 
     alone names; the set-up line that explains the statistic; the site itself."""
     if pair.status == "changed_op":
         return dict(pair.b["source"], what=f"`{pair.b['op']}` here, where A ran `{pair.a['op']}` at "
-                                           f"{_where(pair.a.get('source'))}") if pair.b.get("source") else None
+                                           f"{line_text(pair.a.get('source'))}") if pair.b.get("source") else None
     if pair.status == "only_b" and entry["differences"] and pair.b.get("source"):
         return dict(pair.b["source"], what=f"`{pair.b['op']}` here, which A does not run")
     keys = {_key(f) for f in only_b}

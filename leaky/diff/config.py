@@ -114,12 +114,13 @@ def _modes(a: list[dict], b: list[dict]) -> list[dict]:
     y = b[first] if first < len(b) else (b[-1] if b else {})
     row = _row("train/eval calls", said(a), said(b), x.get("source"), y.get("source"), "mode")
     if first >= len(b) and b:
-        row["why"] = (f"train/eval calls: B's last is {said([y])} at {_line(y.get('source'))}, which stays in force; "
-                       f"A then calls {said([x])} at {_line(x.get('source'))}")
+        row["why"] = (f"train/eval calls: B's last is {said([y])} at {line_text(y.get('source'))}, which stays in force; "
+                       f"A then calls {said([x])} at {line_text(x.get('source'))}")
     return [row]
 
 
-def _line(source) -> str:
+def line_text(source: dict | None) -> str:
+    """A report's `{file, line}` as a person reads it: train.py:12."""
     return "an unknown line" if not source else f"{os.path.basename(source['file'])}:{source['line']}"
 
 

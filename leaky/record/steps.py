@@ -375,7 +375,7 @@ class StepTracking:
         wanted = sink.events_wanted
         replicas = self.added.get("replicas")   # record/instruments/replicas.py: DDP's replicas compared
         exchanged = distributed.exchange(self.units, self._described(sink.first_nonfinite()) if wanted else None,
-                                         wanted, replicas.fingerprints() if replicas is not None else (None, 0))
+                                         wanted, *([replicas.fingerprints()] if replicas is not None else []))
         sink.merge_ranks(exchanged)
         if replicas is not None:
             replicas.compared(self.step, exchanged.replicas, exchanged.replica_ranks)
