@@ -47,12 +47,12 @@ class Audit:
     def __init__(self, steps: int | None = None, config: AuditConfig | None = None,
                  on_limit: Callable[[], None] | None = None,
                  on_step: Callable[[Recorder], None] | None = None, sample_every: int | None = None,
-                 on_series: Callable[[list], None] | None = None) -> None:
+                 on_series: Callable[[list], None] | None = None, schedule=None) -> None:
         base = config or AuditConfig()
         self.config = dataclasses.replace(base, steps=steps) if config is None or steps is not None else base
         self._recorder = Recorder(self.config, StatsBuilder, on_limit=_here_only(on_limit),
                                   on_step=_here_only(on_step),
-                                  sample_every=sample_every, on_series=_here_only(on_series))
+                                  sample_every=sample_every, on_series=_here_only(on_series), schedule=schedule)
         self.stats: AuditStats | None = None
         self._report: Report | None = None
         self.run_info: dict = {}

@@ -1,21 +1,25 @@
 """`leaky.watch()`: follow a whole training run cheaply, remember it, and announce each
 problem at the step it first appears.
 
-    with leaky.watch(every=50, store="runs.db") as run:
+    with leaky.watch(store="runs.db") as run:       # within 2% of the training time
         ...training loop...
     run.findings
 
 Every step costs a loss, a total gradient norm and a learning rate, kept on the device and
-copied to the host in batches. Every `every` steps the full audit instruments run for one
-step, the audit's one-time probes included (LK306's batch probe, the re-check of custom
-autograd Functions, the first loss, the raw inputs), each on the first sampled step where
-it applies; after it the checks run on everything seen so far (at most once every CHECK_GAP
-steps), and new findings are announced once (`on_finding`; again if one rises in severity)
-and stored. `leaky watch` announces each warning and error in one line as it appears
-(leaky/report/announce.py) and tells it in full in the final report, with one line for the
-announced findings that the end no longer reports (`unconfirmed`). At `every=1` a watch
-reaches the verdict of an audit over the same steps (tests/e2e/test_commands_agree.py). The
-store is optional in Python and the default on the command line.
+copied to the host in batches. Some steps are observed in detail: the full audit
+instruments run for one step, the audit's one-time probes included (LK306's batch probe, the
+re-check of custom autograd Functions, the first loss, the raw inputs), each on the first
+sampled step where it applies. Which steps: as many as the overhead budget pays for
+(`overhead`, 2% of the training time by default, measured in the run: record/budget.py),
+or every `every`-th step when that is given. After a sampled step the checks run on
+everything seen so far (at most once every CHECK_GAP steps), and new findings are announced
+once (`on_finding`; again if one rises in severity) and stored. `leaky watch` announces each
+warning and error in one line as it appears (leaky/report/announce.py) and tells it in full
+in the final report, with one line for the announced findings that the end no longer reports
+(`unconfirmed`), and one for what the watch cost (`run.overhead` in the report). At
+`every=1` a watch reaches the verdict of an audit over the same steps
+(tests/e2e/test_commands_agree.py). The store is optional in Python and the default on the
+command line.
 """
 from __future__ import annotations
 
@@ -33,12 +37,12 @@ from leaky.config import AuditConfig
 from leaky.derive import build_stats
 from leaky.finding import Finding, Severity
 from leaky.process import distributed
+from leaky.record.budget import DEFAULT_EVERY, DEFAULT_SHARE, Budget, Schedule
 from leaky.record.recorder import Recorder, StopObserving
 from leaky.report.tables import module_rows
 from leaky.store import Store, git_commit
 from leaky.story import told_under
 
-DEFAULT_EVERY = 100   # sampled steps: 1 in 100 keeps the cost near 1% (docs/performance.md)
 # NOTE: the check pass (folding everything seen so far, every check, the store's module rows)
 # costs milliseconds (docs/performance.md), more when a spectral radius is recomputed: after a
 # sampled step it runs only if the last pass was at least this many steps before, so at
@@ -65,17 +69,24 @@ def _key(finding: Finding) -> tuple:
 class Watch(Audit):
     """An Audit that samples every `every`-th step in detail and keeps a run in a store."""
 
-    def __init__(self, every: int = DEFAULT_EVERY, store: str | os.PathLike | None = None,
+    def __init__(self, every: int | None = None, store: str | os.PathLike | None = None,
                  config: AuditConfig | None = None, fail_fast: bool = False,
                  on_finding: Callable[[Finding, int], None] | None = None,
                  script: str | None = None, argv: list[str] | None = None,
                  on_step: Callable[[Recorder], None] | None = None, audit_steps: int = 0,
-                 sinks: list | None = None) -> None:
-        if every < 1:
+                 sinks: list | None = None, overhead: float = DEFAULT_SHARE,
+                 clock: Callable[[], float] | None = None) -> None:
+        """`every`: observe every N-th step in detail; None (the default): as many steps as
+        the overhead budget pays for, `overhead` (0.02: 2% of the training time) measured in
+        this run (record/budget.py). `clock`: the budget's clock (tests pass a fake one)."""
+        if every is not None and every < 1:
             raise ValueError(f"every must be a positive number of steps, not {every}")
         config = config or AuditConfig(steps=None)
-        super().__init__(steps=None, config=config, on_step=self._after_step, sample_every=every,
-                         on_series=self._store_series)
+        timing = {} if clock is None else {"clock": clock}
+        schedule = Schedule(every, **timing) if every is not None else \
+            Budget(overhead, several_ranks=distributed.running, **timing)
+        super().__init__(steps=None, config=config, on_step=self._after_step, sample_every=every or 0,
+                         on_series=self._store_series, schedule=schedule)
         self.every = every
         self.recorder.dense_steps = audit_steps   # audit the first steps, then sample
         self.sinks = list(sinks or [])            # e.g. a TensorBoard writer: .write(step, stats, new)
@@ -107,6 +118,7 @@ class Watch(Audit):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self.run_info["overhead"] = self.recorder.schedule.summary()   # before the report is built
         super().__exit__(exc_type, exc, tb)
         self._announce(self.report.findings, self._last_step())
         self._report = dataclasses.replace(self.report, unconfirmed=tuple(self._unconfirmed_rows()))
@@ -241,11 +253,15 @@ def _device() -> str:
     return "cpu"
 
 
-def watch(every: int = DEFAULT_EVERY, store: str | os.PathLike | None = None, fail_fast: bool = False,
-          config: AuditConfig | None = None, tensorboard: str | os.PathLike | None = None) -> Watch:
-    """Follow the training inside the block; keep it in `store` (a SQLite file) if given,
-    and write TensorBoard events to `tensorboard` (a log dir) if given."""
-    return Watch(every=every, store=store, fail_fast=fail_fast, config=config, sinks=watch_sinks(tensorboard))
+def watch(every: int | None = None, store: str | os.PathLike | None = None, fail_fast: bool = False,
+          config: AuditConfig | None = None, tensorboard: str | os.PathLike | None = None,
+          overhead: float = DEFAULT_SHARE) -> Watch:
+    """Follow the training inside the block, observing in detail as many steps as `overhead`
+    (a share of the training time, measured in the run) pays for, or every `every`-th step;
+    keep it in `store` (a SQLite file) if given, and write TensorBoard events to
+    `tensorboard` (a log dir) if given."""
+    return Watch(every=every, store=store, fail_fast=fail_fast, config=config, sinks=watch_sinks(tensorboard),
+                 overhead=overhead)
 
 
 def watch_sinks(tensorboard: str | os.PathLike | None) -> list:

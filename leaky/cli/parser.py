@@ -39,6 +39,19 @@ def _count(text: str) -> int:
     return value
 
 
+def _share(text: str) -> float:
+    """`2%`, `2` (percent) or `0.02`: a share of the training time, above 0 and below 100%."""
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage such as 2% or 0.5%, not {text!r}") from None
+    share = value / 100 if raw.endswith("%") or value >= 1 else value
+    if not 0 < share < 1:
+        raise argparse.ArgumentTypeError(f"expected a percentage above 0% and below 100%, not {text!r}")
+    return share
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -96,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog=EXIT_CODES.format(fail_fast=" (or --fail-fast stopped training)"),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     watch.add_argument("--every", type=_positive, default=None, metavar="N",
-                       help="observe every N-th step in detail (default 100)")
+                       help="observe every N-th step in detail, whatever it costs (overrides --overhead)")
+    watch.add_argument("--overhead", type=_share, default=None, metavar="P%",
+                       help="observe as many steps in detail as P%% of the training time pays for, "
+                            "measured in the run (default 2%%)")
     watch.add_argument("--store", metavar="PATH", default="leaky-runs.db",
                        help="SQLite run store (default ./leaky-runs.db)")
     watch.add_argument("--fail-fast", action="store_true",

@@ -11,6 +11,7 @@ from leaky.config import AuditConfig
 from leaky.cli.output import (Progress, closing_lines, end_of_script, error, exit_status, main_process,
     nothing_observed, other_rank_status, write_formatted, write_html, write_json)
 from leaky.cli.parser import EXIT_FINDINGS, EXIT_UNUSABLE
+from leaky.report.overhead import overhead_line
 from leaky.report.terminal import people_console
 from leaky.cli.stored import stored_run
 
@@ -65,7 +66,7 @@ def cmd_watch(args) -> int:
     from leaky.report.terminal import print_report
     from leaky.script import ScriptError, run_script
     from leaky.store import StoreError
-    from leaky.watch import DEFAULT_EVERY, Watch, watch_sinks
+    from leaky.watch import DEFAULT_SHARE, Watch, watch_sinks
 
     out = people_console()
     err = people_console(stderr=True)
@@ -78,7 +79,10 @@ def cmd_watch(args) -> int:
                     progress.print(announcement(finding, step))
 
             def make(script):
-                return Watch(every=args.every or DEFAULT_EVERY, store=args.store, config=config,
+                if args.every and args.overhead:
+                    error(f"--every {args.every} observes every {args.every}-th step whatever it costs: "
+                          f"--overhead {args.overhead:.1%} is not used")
+                return Watch(every=args.every, overhead=args.overhead or DEFAULT_SHARE, store=args.store, config=config,
                              fail_fast=args.fail_fast, on_finding=announce, script=script, argv=script_args,
                              on_step=lambda rec: progress.on_step(rec, len(watch_of[0].seen) if watch_of else 0),
                              sinks=watch_sinks(args.tensorboard or None))
@@ -103,6 +107,9 @@ def cmd_watch(args) -> int:
     for note in report.run.get("notes", []):
         error(note)
     print_report(report, out, table=not args.no_table)
+    cost = overhead_line(report.run.get("overhead"))
+    if cost:
+        out.print(Text(cost, style="dim"), soft_wrap=True)
     unconfirmed = [(said, now) for said, now in run.audit.unconfirmed if announced(said)]
     if unconfirmed:
         out.print(unconfirmed_line(unconfirmed), soft_wrap=True)

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from leaky.watch import DEFAULT_EVERY, Watch, watch_sinks
+from leaky.watch import DEFAULT_SHARE, Watch, watch_sinks
 
 
 class WatchSettings:
-    """audit_steps observed in detail first, then every `every`-th step; store, fail_fast
-    and tensorboard as in `leaky.watch`. `.report` and `.findings` after training."""
+    """audit_steps observed in detail first, then as many steps as the overhead budget pays
+    for (`overhead`, a share of the training time), or every `every`-th step; store,
+    fail_fast and tensorboard as in `leaky.watch`. `.report` and `.findings` after training."""
 
-    def __init__(self, audit_steps: int = 20, every: int = DEFAULT_EVERY, store=None, fail_fast: bool = False,
-                 tensorboard=None) -> None:
-        self.audit_steps, self.every, self.store = audit_steps, every, store
+    def __init__(self, audit_steps: int = 20, every: int | None = None, store=None, fail_fast: bool = False,
+                 tensorboard=None, overhead: float = DEFAULT_SHARE) -> None:
+        self.audit_steps, self.every, self.store, self.overhead = audit_steps, every, store, overhead
         self.fail_fast, self.tensorboard = fail_fast, tensorboard
         self.watch: Watch | None = None
         self.report = None
@@ -25,7 +26,8 @@ class WatchSettings:
         return [] if self.report is None else list(self.report.findings)
 
     def start_watch(self, on_finding: Callable, script: str, argv: list[str]) -> Watch:
-        self.watch = Watch(every=self.every, store=self.store, fail_fast=self.fail_fast, audit_steps=self.audit_steps,
+        self.watch = Watch(every=self.every, overhead=self.overhead, store=self.store, fail_fast=self.fail_fast,
+                           audit_steps=self.audit_steps,
                            on_finding=on_finding, sinks=watch_sinks(self.tensorboard), script=script, argv=argv)
         self.watch.__enter__()
         return self.watch

@@ -1,7 +1,7 @@
 """PyTorch Lightning: audit the first steps of `trainer.fit`, watch the rest.
 
     from leaky.integrations.lightning import LeakyCallback
-    trainer = lightning.Trainer(callbacks=[LeakyCallback(audit_steps=20, every=100)])
+    trainer = lightning.Trainer(callbacks=[LeakyCallback(audit_steps=20)])
 
 As `leaky watch` does, each warning and error is announced once (rank zero) in one line
 (step, code, name, place, headline), and every finding is told in full once, after fit.

@@ -18,7 +18,8 @@ The hot path, on every observed op and backward node
 - `sites.py`: a place in the program where an op runs; `modules.py`: which module runs and
   its name; `script_names.py`: what the script calls it; `params.py`: the trained parameters.
 - `activations.py`: per-unit counters of nonlinearities; `reduce.py`: reductions over
-  possibly empty dims; `monitor.py`: the cheap every-step loss, norm and learning rate.
+  possibly empty dims; `monitor.py`: the cheap every-step loss, norm and learning rate;
+  `budget.py`: which steps a watch observes in detail, and what each kind of step costs.
 
 The built-in instruments, one file each
 - `forward.py` (forward taps for the wiring checks), `loss_path.py` (ops between output and

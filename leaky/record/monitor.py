@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import time
 from typing import Callable
 
 import torch
@@ -76,6 +77,8 @@ class StepMonitor:
 
     def __init__(self, batch: int = 64) -> None:
         self.batch = batch
+        self.clock = time.perf_counter   # the norm's time, for a watch's budget (record/budget.py)
+        self.norm_seconds = 0.0
         # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
         self.pending: list[SeriesRow] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
@@ -115,11 +118,15 @@ class StepMonitor:
                 self.loss = value.clone() if self.loss is None else self.loss + value.to(self.loss.device)
 
     def end_step(self, step: int, optimizer: torch.optim.Optimizer | None, total: Tensor | None = None,
-                 index: int | None = None) -> None:
+                 index: int | None = None, norm: bool = True) -> None:
         """Record this step's loss and total gradient norm (no host sync); `total`: that norm,
-        when a sampled step has already taken it; `index`: the stepping optimizer's index."""
-        norm = total
-        if optimizer is not None and norm is None:
+        when a sampled step has already taken it; `index`: the stepping optimizer's index;
+        `norm`: False to leave this step's norm out (a watch over its budget takes it on a
+        schedule, record/budget.py). `norm_seconds`: what taking it cost, 0.0 when not taken."""
+        self.norm_seconds = 0.0
+        want, norm = norm, total
+        if optimizer is not None and norm is None and want:
+            start = self.clock()
             grads = present_grads(optimizer)
             if grads:
                 grad_on = torch.is_grad_enabled()   # create_graph=True: the gradients require grad
@@ -133,6 +140,7 @@ class StepMonitor:
                             norm = plain.sqrt() if shards is None else _Sharded(plain, shards)
                 finally:
                     torch._C._set_grad_enabled(grad_on)
+            self.norm_seconds = self.clock() - start
         lr = _learning_rate(optimizer)
         self.pending.append(SeriesRow(step, self.loss, norm, lr, index, self.terms))
         self.loss, self.terms, self._zeroed = None, None, False

@@ -22,6 +22,7 @@ from leaky.process.heap import FrozenHeap
 from leaky.record import instruments
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_mixing import BatchMixing
+from leaky.record.budget import Schedule
 from leaky.record.bypass import BypassFinder
 from leaky.record.compiled import CompiledCalls
 from leaky.record.cuts import CutRecords
@@ -73,8 +74,9 @@ class Recorder(StepTracking):
 
     def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
-                 on_series: Callable[[list], None] | None = None) -> None:
-        """`make_sink(config)`: what each sampled step's record goes to (add_step, add_series;
+                 on_series: Callable[[list], None] | None = None, schedule=None) -> None:
+        """`schedule`: a watch's record/budget.py Schedule (which steps are sampled, what they
+        cost); None in an audit, which observes every step. `make_sink(config)`: what each sampled step's record goes to (add_step, add_series;
         with several ranks, merge_ranks of what process/distributed.py's exchange returned,
         asking first_nonfinite and events_wanted first; its `steps` counts the sampled steps
         it received)."""
@@ -84,8 +86,13 @@ class Recorder(StepTracking):
         self.on_step = on_step
         self.on_series = on_series
         self.sample_every = sample_every
+        if schedule is None and sample_every is not None:
+            schedule = Schedule(sample_every)
+        self.schedule = schedule
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
         self.monitor = StepMonitor()
+        if schedule is not None:
+            self.monitor.clock = schedule.clock
         self.updates = UpdateMeter()
         self.coupling = CouplingMeter()   # whose loss reaches whose parameters (adversarial games)
         self.moving = MovingWeights()     # untrained weights that change: a synced target network
@@ -112,6 +119,8 @@ class Recorder(StepTracking):
         self.taps = ForwardTaps(("leaky", id(self)), self.provenance.origin_of)
         self.functions = CustomFunctions(self)
         self.batch = BatchMixing(self.left_out, self.modules.key_of, self.locator.locate)
+        if self.schedule is not None:
+            self.modules.on_root_call = self.schedule.started
         if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)

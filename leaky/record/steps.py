@@ -29,7 +29,11 @@ class StepTracking:
             return original(tensor, *args, **kwargs)
         if self._backward_ends_step():
             self.guarded(self._end_step)
+        clock = self.schedule.clock if self.schedule is not None else None
+        start = clock() if clock is not None else 0.0
         self.guarded(self._note_backward, tensor)
+        if clock is not None:
+            self.schedule.own(clock() - start)
         out = original(tensor, *args, **kwargs)
         if self.active and not self.saw_optimizer and self._ends_at_backward():
             # NOTE: with no optimizer the step is this backward: it ends here, while .grad
@@ -150,6 +154,16 @@ class StepTracking:
     def _before_opt_step(self, optimizer, args, kwargs):
         if not self.active:
             return None
+        if self.schedule is None:
+            return self._before_step_of(optimizer, args, kwargs)
+        clock = self.schedule.clock
+        start = clock()
+        try:
+            return self._before_step_of(optimizer, args, kwargs)
+        finally:
+            self.schedule.own(clock() - start)
+
+    def _before_step_of(self, optimizer, args, kwargs):
         self._suspend_mode()   # first: leaky's own reads of .grad and .requires_grad below skip it too
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
@@ -274,6 +288,31 @@ class StepTracking:
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
+        schedule = self.schedule
+        if schedule is None:
+            if self._end_step_now():
+                self._sample(True)   # an audit observes every step
+            return
+        start = schedule.clock()
+        sampled = self.observing or bool(self.buffer.records)
+        step = self.step
+        try:
+            going_on = self._end_step_now()
+        finally:
+            spent = schedule.clock() - start
+            (schedule.end_work if sampled else schedule.own)(spent)
+            schedule.step_ended(step, sampled)   # before the next step is planned
+        if going_on:
+            # NOTE: several optimizers that step in turn (a GAN's discriminator, then its
+            # generator) are sampled as a round of consecutive steps, one per optimizer: with
+            # one step in `every`, an even `every` would only ever see the discriminator.
+            round_steps = max(1, len(self.optimizers))
+            if schedule.every:
+                round_steps = min(round_steps, schedule.every)
+            self._sample(schedule.sample(self.step, round_steps) or self.step < self.dense_steps)
+
+    def _end_step_now(self) -> bool:
+        """Fold the step that ends; False when the audit's step limit ends observation."""
         self.leaves.settle()
         if self.batch.waiting:
             self.guarded(self.batch.run_pending)   # LK306, once per model: after its first step
@@ -286,7 +325,10 @@ class StepTracking:
             self._flush(series=(optimizer, index))
         else:
             total = self._flush() if sampled else None
-            self.monitor.end_step(self.step, optimizer, total, index)
+            norm = sampled or self.schedule is None or self.schedule.norm_due(self.step)
+            self.monitor.end_step(self.step, optimizer, total, index, norm=norm)
+            if self.monitor.norm_seconds and self.schedule is not None:
+                self.schedule.own_norm(self.monitor.norm_seconds)
             self.moving.at_step_end(self.step, self.modules, self.params.opt_params)
             if self.monitor.due():
                 self.flush_series()
@@ -303,13 +345,8 @@ class StepTracking:
             self.active = False
             if self.on_limit is not None:
                 self.on_limit()
-            return
-        every = self.sample_every
-        # NOTE: several optimizers that step in turn (a GAN's discriminator, then its
-        # generator) are sampled as a round of consecutive steps, one per optimizer: with
-        # one step in `every`, an even `every` would only ever see the discriminator.
-        round_steps = min(max(1, len(self.optimizers)), every or 1)
-        self._sample(every is None or self.step < self.dense_steps or self.step % every < round_steps)
+            return False
+        return True
 
     def optimizer_index(self, optimizer) -> int | None:
         """The index of an optimizer among those that stepped (AuditStats.optimizers)."""

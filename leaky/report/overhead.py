@@ -1,0 +1,39 @@
+"""One line on what a watch cost: the report's `run.overhead` (record/budget.py), in words."""
+from __future__ import annotations
+
+
+def overhead_line(section: dict | None) -> str | None:
+    """`leaky watch` cost 1.8% of the training time (budget 2%): ...; None without a section."""
+    if not section:
+        return None
+    measured, steps, sampled = section.get("measured"), section.get("steps", 0), section.get("sampled_steps", 0)
+    if section.get("schedule") == "budget":
+        how = f"budget {_pct(section['budget'])}"
+    else:
+        how = f"--every {section.get('every')}"
+        if section.get("reason"):
+            how += f": {section['reason']}"
+    if measured is None:
+        return (f"leaky watch ({how}): {sampled} of {steps} steps observed in detail; too few plain steps "
+                "to measure its cost")
+    parts = [f"leaky watch cost {_pct(measured)} of the training time ({how}): "
+             f"{sampled} of {steps} steps observed in detail"]
+    plain, extra, first = section.get("plain_step_ms"), section.get("sampled_extra_ms"), section.get("first_step_extra_ms")
+    if plain is not None and extra is not None:
+        parts.append(f"each about +{_ms(extra)} over a {_ms(plain)} step" +
+                     (f", the first +{_ms(first)} (its one-time probes)" if first is not None else ""))
+    monitor = section.get("monitor_ms")
+    if monitor is not None:
+        norm = section.get("norm_every") or 1
+        parts.append(f"every step +{_ms(monitor)} for the loss and " +
+                     ("the gradient norm" if norm == 1 else f"the gradient norm every {norm} steps (the budget's limit)"))
+    return "; ".join(parts)
+
+
+def _pct(share: float) -> str:
+    value = share * 100
+    return f"{value:.2g}%" if value < 10 else f"{value:.0f}%"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g} ms" if value >= 0.01 else f"{value * 1000:.3g} µs"
