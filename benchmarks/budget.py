@@ -21,7 +21,9 @@ and sampled-step extra, and how often the monitor took the gradient norm.
 Models: d10, d50, d200 are narrow tanh MLPs of width 64 (batch 32, SGD); `heavy` is one
 whose audited step costs about 50 plain steps (60 Linear(8, 8)+Tanh layers: per-op work is
 all there is); mlp, cnn, lstm, transformer are audit_overhead.py's four; nanogpt, mingpt,
-dcgan, hf-gpt2 are standins.py's.
+dcgan, hf-gpt2 are standins.py's; gpu-gpt and gpu-resnet are gpu.py's nanoGPT-sized GPT and
+ResNet-18 on CUDA, each step ending in torch.cuda.synchronize() (gpu.py runs them; without
+CUDA they run at smoke sizes on the CPU).
 """
 from __future__ import annotations
 
@@ -58,6 +60,11 @@ def _workload(name: str):
             F.cross_entropy(model(x), y).backward()
             opt.step()
         return step
+    if name.startswith("gpu-"):   # gpu.py's nanoGPT-sized GPT and ResNet-18, on CUDA (a CPU smoke without)
+        import gpu
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        build = {"gpu-gpt": gpu.build_gpt, "gpu-resnet": gpu.build_resnet}[name]
+        return build(device, device != "cuda").step
     from audit_overhead import BUILDERS
     if name in BUILDERS:
         return BUILDERS[name](False).step
@@ -148,6 +155,12 @@ def table(rows: list[dict], args) -> str:
             f"{s.get('plain_step_ms')} ms, +{s.get('sampled_extra_ms')} ms (first +{s.get('first_step_extra_ms')}) | "
             f"{s.get('norm_every')} | {r['exit_ms']:.0f} |")
     return "\n".join(lines)
+
+
+def budget_table(models: list[str], steps: int, rounds: int, cpu: int | None = None) -> str:
+    """The table for `models`, for another script (gpu.py)."""
+    args = argparse.Namespace(steps=steps, rounds=rounds, every=None, cpu=cpu)
+    return table([bench(name, args) for name in models], args)
 
 
 def main(argv: list[str] | None = None) -> int:

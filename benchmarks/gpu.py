@@ -26,7 +26,9 @@ time is its whole time on the device; TF32 matmuls on, as nanoGPT.
 Reported per model and mode: median ms/step and the median per-round ratio to plain; the
 extra µs per unsampled watch step; the peak of torch.cuda.max_memory_allocated over the
 mode's warm-up and timed steps (reset after the model is built) and its ratio to plain's;
-then the sync check.
+then the sync check; then the overhead budget's figures (benchmarks/budget.py on gpt and
+resnet: whole runs of leaky.watch() at its default --overhead 2% against plain runs, the share
+the watch measured itself and the sampling it chose).
 
 The sync check (run in each worker after its rounds): leaky means to copy a step's device
 values to the host once, at the step's end: StepBuffer.flush (a sampled step's values) and
@@ -466,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
               "flushes were counted, no sync can be seen")
     print_table(*sync_table(results, modes), args.markdown)
     print_notes(notes)
+    print("\nThe overhead budget (benchmarks/budget.py): whole runs of leaky.watch() at its defaults "
+          "(--overhead 2%) against plain runs, with the share the watch measured and the sampling it chose:")
+    if CUDA:
+        from budget import budget_table
+        print(budget_table(["gpu-gpt", "gpu-resnet"], steps=300 if not args.quick else 60, rounds=2))
+    else:
+        print("no CUDA device: skipped (python benchmarks/budget.py --models gpu-gpt,gpu-resnet runs its CPU smoke)")
     return 0
 
 

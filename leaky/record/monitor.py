@@ -72,6 +72,10 @@ class TeardownPatch(Patch):
         return destroy_process_group
 
 
+FLUSH_GAP = 0.5       # seconds at least between two batched copies of the series (one process)
+MOST_PENDING = 4096   # steps pending at most, whatever the time: bounded memory (two 0-d tensors each)
+
+
 class StepMonitor:
     """Per-step scalars on the device, copied to the host in batches."""
 
@@ -79,6 +83,7 @@ class StepMonitor:
         self.batch = batch
         self.clock = time.perf_counter   # the norm's time, for a watch's budget (record/budget.py)
         self.norm_seconds = 0.0
+        self._flushed_at = float("-inf")
         # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
         self.pending: list[SeriesRow] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
@@ -162,10 +167,22 @@ class StepMonitor:
             if shards else None
 
     def due(self) -> bool:
-        return len(self.pending) >= self.batch
+        """Whether the pending steps are copied now: `batch` of them, and, with one process, at
+        least FLUSH_GAP seconds after the last copy (each copy, with the store's write of its
+        rows, costs about a millisecond: on a short step, every 64 steps was ~1.5% of the
+        training time, docs/performance.md), or MOST_PENDING of them. With several ranks every
+        `batch` steps, whatever the clocks say: the copy is an all-reduce that every rank must
+        join at the same step."""
+        pending = len(self.pending)
+        if pending < self.batch:
+            return False
+        if pending >= MOST_PENDING or self.clock() - self._flushed_at >= FLUSH_GAP:
+            return True
+        return pending % self.batch == 0 and distributed.running()
 
     def flush(self) -> list[SeriesRow]:
         """One device-to-host copy for the whole batch."""
+        self._flushed_at = self.clock()
         if distributed.running():
             self.pending = self._across_ranks(self.pending)
         else:

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 
 def overhead_line(section: dict | None) -> str | None:
-    """`leaky watch` cost 1.8% of the training time (budget 2%): ...; None without a section."""
+    """`leaky watch cost 1.8% of the training time (budget 2%): ...`; None without a section.
+
+    NOTE: the share is what leaky timed of itself (record/budget.py): its code at its entry
+    points and its sampled steps' extra. The dispatch into its hooks and its effect on the
+    caches are not in it: benchmarks/budget.py compares whole runs against plain ones."""
     if not section:
         return None
     measured, steps, sampled = section.get("measured"), section.get("steps", 0), section.get("sampled_steps", 0)
@@ -27,6 +31,10 @@ def overhead_line(section: dict | None) -> str | None:
         norm = section.get("norm_every") or 1
         parts.append(f"every step +{_ms(monitor)} for the loss and " +
                      ("the gradient norm" if norm == 1 else f"the gradient norm every {norm} steps (the budget's limit)"))
+        budget = section.get("budget")
+        if budget and plain and monitor / plain >= budget:
+            parts.append(f"on this model's {_ms(plain)} step that alone is {_pct(monitor / plain)}, over the budget: "
+                         "no more steps could be observed in detail (raise --overhead, or --every N to choose)")
     return "; ".join(parts)
 
 

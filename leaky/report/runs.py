@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from leaky.report.format import SEVERITY_STYLE, num, run_status, when
+from leaky.report.overhead import overhead_line
 from leaky.report.terminal import Hanging
 
 _BARS = " ▁▂▃▄▅▆▇█"
@@ -82,6 +83,9 @@ def show_run(store, run_id: int) -> Group:
                 + (f" · commit {run['git_commit'][:10]}" if run.get("git_commit") else ""), style="dim")
     if run.get("error"):
         head.append(f"\nerror: {run['error']}", style="red")
+    cost = overhead_line(((store.report(run_id) or {}).get("run") or {}).get("overhead"))
+    if cost:
+        head.append(f"\n{cost}", style="dim")
     losses = [s["loss"] if not s["nonfinite"] else None for s in steps]
     norms = [s["grad_norm"] if not s["nonfinite"] else None for s in steps]
     timeline = Text()

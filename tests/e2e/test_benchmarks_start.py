@@ -29,6 +29,19 @@ def test_gpu_benchmark_runs_its_cpu_smoke_and_says_what_it_skipped():
     assert "no CUDA device: skipped peak device memory" in out
     assert "Time on cpu" in out and "audit-held" in out and "watch-default" in out
     assert "FAILED" not in out and "LEAKY INTERNAL ERROR" not in out, out + proc.stderr
+    assert "overhead budget" in out and "no CUDA device: skipped (python benchmarks/budget.py" in out
+
+
+def test_the_budget_benchmark_runs_a_watch_and_a_plain_run_and_tabulates_what_the_watch_said():
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "budget.py"), "--models", "d10",
+                           "--steps", "30", "--rounds", "1"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| d10 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5] == "1"   # 30 steps: the first step's probes use the whole budget, no step after it is sampled
+    assert cells[4].endswith("%")
 
 
 def test_the_stand_ins_for_public_programs_train_and_a_watch_finds_nothing_on_them():
