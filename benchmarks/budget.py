@@ -5,6 +5,7 @@
     python benchmarks/budget.py --models nanogpt,mingpt,dcgan,hf-gpt2 --steps 200 --rounds 3
     python benchmarks/budget.py --models heavy --steps 3000 --rounds 3
     python benchmarks/budget.py --models d10 --every 100     # a fixed interval instead of the budget
+    python benchmarks/budget.py --models d10 --before /tmp/old-checkout   # and an older leaky's default watch
 
 Does `leaky.watch()` keep to its overhead budget (`--overhead`, 2% by default) over a whole
 run? Each run is one worker process (pinned to one CPU, one torch thread) that builds the
@@ -85,7 +86,8 @@ def worker(name: str, mode: str, steps: int, every: int | None, cpu: int | None)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         if mode == "watch":
-            watch = leaky.watch(every=every, store=os.path.join(folder, "runs.db"))
+            interval = {} if every is None else {"every": every}   # an older leaky (--before): its own default
+            watch = leaky.watch(store=os.path.join(folder, "runs.db"), **interval)
             watch.__enter__()
             try:
                 for _ in range(steps):
@@ -94,7 +96,8 @@ def worker(name: str, mode: str, steps: int, every: int | None, cpu: int | None)
                 out["seconds"] = time.perf_counter() - start
                 watch.__exit__(None, None, None)
                 out["exit_seconds"] = time.perf_counter() - start - out["seconds"]
-            out["overhead"] = watch.report.run.get("overhead")
+            out["overhead"] = watch.report.run.get("overhead") or {"sampled_steps": watch.report.run.get("sampled_steps"),
+                                                                   "norm_every": 1}
             out["findings"] = sorted({f.code for f in watch.report.findings})
         else:
             for _ in range(steps):
@@ -103,25 +106,32 @@ def worker(name: str, mode: str, steps: int, every: int | None, cpu: int | None)
     return out
 
 
-def run_worker(name: str, mode: str, args) -> dict:
+def run_worker(name: str, mode: str, args, tree: str | None = None) -> dict:
+    """One worker; `tree`: import leaky from this checkout instead (--before)."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", name, mode, "--steps", str(args.steps)]
     if args.every:
         command += ["--every", str(args.every)]
     if args.cpu is not None:
         command += ["--cpu", str(args.cpu)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{name} {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def bench(name: str, args) -> dict:
-    ratios, controls, reports, exits, plains = [], [], [], [], []
+    ratios, controls, reports, exits, plains, before = [], [], [], [], [], []
     for _ in range(args.rounds):
         plain = run_worker(name, "plain", args)["seconds"]
         watched = run_worker(name, "watch", args)
+        old = run_worker(name, "watch", args, tree=args.before) if args.before else None
         again = run_worker(name, "plain", args)["seconds"]
         reference = (plain + again) / 2
+        if old is not None:
+            before.append(old["seconds"] / reference)
         ratios.append(watched["seconds"] / reference)
         controls.append(again / plain)
         reports.append(watched["overhead"])
@@ -130,12 +140,15 @@ def bench(name: str, args) -> dict:
         print(f"  {name}: plain {plain:.3f} s, watch {watched['seconds']:.3f} s, plain again {again:.3f} s: "
               f"{ratios[-1]:.3f}x (A/A {controls[-1]:.3f}); watch says {_pct(watched['overhead'].get('measured'))}, "
               f"{watched['overhead']['sampled_steps']} sampled, norm every {watched['overhead']['norm_every']}; "
-              f"findings {','.join(watched['findings']) or '-'}", file=sys.stderr, flush=True)
+              f"findings {','.join(watched['findings']) or '-'}"
+              + (f"; before ({args.before}) {before[-1]:.3f}x, findings {','.join(old['findings']) or '-'}"
+                 if old is not None else ""), file=sys.stderr, flush=True)
     middle = sorted(range(len(ratios)), key=lambda i: ratios[i])[len(ratios) // 2]
     said = reports[middle]
     return {"model": name, "plain_ms": statistics.median(plains) * 1e3, "ratio": statistics.median(ratios),
             "ratios": ratios, "control": statistics.median(controls), "controls": controls,
-            "exit_ms": statistics.median(exits) * 1e3, "said": said}
+            "exit_ms": statistics.median(exits) * 1e3, "said": said,
+            "before": statistics.median(before) if before else None, "befores": before}
 
 
 def _pct(value) -> str:
@@ -144,22 +157,25 @@ def _pct(value) -> str:
 
 def table(rows: list[dict], args) -> str:
     how = f"every {args.every}" if args.every else "budget 2%"
+    old = getattr(args, "before", None)
     lines = [f"| model | plain ms/step | watch ({how}) / plain, {args.steps} steps | A/A | watch says it added | "
-             "sampled steps | plain step, sampled extra (watch's figures) | norm every | exit ms (once) |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "sampled steps | plain step, sampled extra (watch's figures) | norm every | exit ms (once) |"
+             + (" before: its default watch / plain |" if old else ""),
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|" + ("---:|" if old else "")]
     for r in rows:
         s = r["said"]
+        tail = (f" {r['before']:.3f}x ({', '.join(f'{x:.3f}' for x in r['befores'])}) |" if old else "")
         lines.append(
             f"| {r['model']} | {r['plain_ms']:.2f} | {r['ratio']:.3f}x ({', '.join(f'{x:.3f}' for x in r['ratios'])}) | "
             f"{r['control']:.3f} | {_pct(s.get('measured'))} | {s['sampled_steps']} | "
             f"{s.get('plain_step_ms')} ms, +{s.get('sampled_extra_ms')} ms (first +{s.get('first_step_extra_ms')}) | "
-            f"{s.get('norm_every')} | {r['exit_ms']:.0f} |")
+            f"{s.get('norm_every')} | {r['exit_ms']:.0f} |" + tail)
     return "\n".join(lines)
 
 
 def budget_table(models: list[str], steps: int, rounds: int, cpu: int | None = None) -> str:
     """The table for `models`, for another script (gpu.py)."""
-    args = argparse.Namespace(steps=steps, rounds=rounds, every=None, cpu=cpu)
+    args = argparse.Namespace(steps=steps, rounds=rounds, every=None, cpu=cpu, before=None)
     return table([bench(name, args) for name in models], args)
 
 
@@ -170,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--every", type=int, default=None, help="a fixed interval instead of the budget")
     parser.add_argument("--cpu", type=int, default=None, help="pin every worker to this CPU")
+    parser.add_argument("--before", metavar="TREE", help="also time the watch of another checkout (its default)")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
