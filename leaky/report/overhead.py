@@ -31,7 +31,7 @@ def overhead_line(section: dict | None) -> str | None:
         norm = section.get("norm_every") or 1
         parts.append(f"every step +{_ms(monitor)} for the loss and " +
                      ("the gradient norm" if norm == 1 else f"the gradient norm every {norm} steps (the budget's limit)"))
-        budget = section.get("budget")
+        budget = section.get("budget") if section.get("schedule") == "budget" else None
         if budget and plain and monitor / plain >= budget:
             parts.append(f"on this model's {_ms(plain)} step that alone is {_pct(monitor / plain)}, over the budget: "
                          "no more steps could be observed in detail (raise --overhead, or --every N to choose)")

@@ -57,3 +57,11 @@ def test_the_line_says_when_the_monitor_alone_is_over_the_budget():
     assert "6% of the training time (budget 2%)" in line
     assert "gradient norm every 64 steps" in line and "5%, over the budget" in line
     assert overhead_line(None) is None
+
+
+def test_a_fixed_interval_does_not_speak_of_the_budget():
+    section = {"schedule": "every", "budget": 0.02, "measured": 0.2, "steps": 300, "sampled_steps": 3,
+               "plain_step_ms": 2.0, "monitor_ms": 0.11, "sampled_extra_ms": 20.0, "first_step_extra_ms": 60.0,
+               "norm_every": 1, "every": 100, "reason": "several ranks must sample the same steps"}
+    line = overhead_line(section)
+    assert "(--every 100: several ranks must sample the same steps)" in line and "over the budget" not in line
