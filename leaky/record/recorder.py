@@ -120,7 +120,7 @@ class Recorder(StepTracking):
         self.functions = CustomFunctions(self)
         self.batch = BatchMixing(self.left_out, self.modules.key_of, self.locator.locate)
         if self.schedule is not None:
-            self.modules.on_root_call = self.schedule.started
+            self.modules.on_root_call = self._root_called
         if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
@@ -439,6 +439,13 @@ class Recorder(StepTracking):
         """A loss call raised (BCE on values outside [0, 1], say): keep what it was given."""
         site = self.sites.intern(op, "<raised>", self.modules.current, self.locator.locate(), -1)
         self.taps.loss_failed(op, site, args, kwargs, exc)
+
+    def _root_called(self, module) -> None:
+        """A root module's forward begins on a sampled step: a training forward (grad on, the
+        module in training mode) starts the first step's clock (record/budget.py). An
+        evaluation before the first step (nanoGPT's at iteration 0, under no_grad) does not."""
+        if module.training and torch.is_grad_enabled():
+            self.schedule.started()
 
     def site_of(self, node) -> int | None:
         """The site an autograd node was recorded at (None: not one of this run's)."""

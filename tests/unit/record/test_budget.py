@@ -214,3 +214,26 @@ def test_a_watch_with_a_fake_clock_keeps_its_budget_on_a_real_model():
     assert overhead["plain_step_ms"] == pytest.approx(1000.0)
     assert overhead["measured"] <= 0.02 + 25.0 / steps
     assert no_leaky_left() == []
+
+
+def test_an_evaluation_before_the_first_step_is_not_the_first_steps_cost():
+    """nanoGPT evaluates at iteration 0, under no_grad, before its first training forward: the
+    first step is timed from the training forward (grad on, the model in training mode)."""
+    clock = Clock()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+    with leaky.Watch(clock=clock) as run:
+        for step in range(200):
+            if step == 0:
+                model.eval()
+                with torch.no_grad():
+                    model(x)
+                clock.now += 500.0   # a long evaluation
+                model.train()
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            clock.now += 1.0 + (25.0 if step == 0 else 0.0)
+            opt.step()
+    assert run.recorder.schedule.first_extra() == pytest.approx(25.0)
