@@ -84,6 +84,7 @@ class StepMonitor:
         self.clock = time.perf_counter   # the norm's time, for a watch's budget (record/budget.py)
         self.norm_seconds = 0.0
         self._flushed_at = float("-inf")
+        self._offered: tuple[Tensor, int] | None = None   # the script's own norm this step (offer)
         # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
         self.pending: list[SeriesRow] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
@@ -102,6 +103,12 @@ class StepMonitor:
         # all-reduce (record/instruments/: InstrumentHost.across_ranks)
         self.riders: list[tuple[Callable, Callable]] = []
         self._flat: dict[int, bool] = {}   # id(optimizer) -> it holds FSDP1 flat-parameter shards
+
+    def offer(self, norm: Tensor, tensors: int) -> None:
+        """A norm of `tensors` gradients the script computed this step (its clip_grad_norm_,
+        record/instruments/clip_norms.py): kept as the step's norm when the monitor does not
+        take its own this step and the step's optimizer holds as many gradients."""
+        self._offered = (norm, tensors)
 
     def note_zero_grad(self) -> None:
         self._zeroed = True
@@ -130,6 +137,10 @@ class StepMonitor:
         schedule, record/budget.py). `norm_seconds`: what taking it cost, 0.0 when not taken."""
         self.norm_seconds = 0.0
         want, norm = norm, total
+        offered, self._offered = self._offered, None
+        if optimizer is not None and norm is None and not want and offered is not None:
+            if len(present_grads(optimizer)) == offered[1]:
+                norm = offered[0]   # the script's clip covered as many gradients as this optimizer holds
         if optimizer is not None and norm is None and want:
             start = self.clock()
             grads = present_grads(optimizer)

@@ -218,6 +218,15 @@ class Recorder(StepTracking):
         if self.error is None:
             self.guarded(self.flush_series)
 
+    def norm_wanted(self) -> bool:
+        """InstrumentHost: a watch's unsampled step whose monitor's norm is not due."""
+        schedule = self.schedule
+        return schedule is not None and schedule.norm_every > 1 and not schedule.norm_due(self.step)
+
+    def offer_norm(self, norm, tensors: int) -> None:
+        """InstrumentHost: a norm the script computed (record/monitor.py StepMonitor.offer)."""
+        self.monitor.offer(norm, tensors)
+
     def across_ranks(self, provide, receive) -> None:
         """An instrument's values summed over the ranks at each flush of the series (InstrumentHost)."""
         self.monitor.riders.append((provide, receive))

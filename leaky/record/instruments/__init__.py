@@ -38,6 +38,15 @@ class InstrumentHost(Protocol):
 
     def guarded(self, fn: Callable[..., Any], *args: Any) -> Any: ...   # leaky's failure never stops training
 
+    def norm_wanted(self) -> bool:
+        """Whether the every-step monitor would take a norm of the script's (`offer_norm`) this
+        step: a watch's unsampled step whose own norm is not due (record/budget.py)."""
+
+    def offer_norm(self, norm: Any, tensors: int) -> None:
+        """The 2-norm of `tensors` gradients as they are now, a 0-d tensor the script computed
+        anyway (its clip_grad_norm_): the monitor keeps it as the step's norm if the step's
+        optimizer holds as many gradients."""
+
     def across_ranks(self, provide: Callable[[], list], receive: Callable[[list], None]) -> None:
         """With several ranks, at each batched flush of the series (every rank flushes the same
         steps): `provide()`'s 0-d tensors are summed over the ranks in the flush's one all-reduce

@@ -39,6 +39,7 @@ MOST_NOTED = 64     # comparisons kept per run (the first ones)
 # (name in torch.nn.utils, its keyword for the tensors, where its norm_type sits, by position and keyword)
 _PATCHED = (("clip_grad_norm_", "parameters", 2), ("clip_grad_norm", "parameters", 2),
             ("get_total_norm", "tensors", 1), ("clip_grads_with_norm_", "parameters", None))
+_CLIPS = ("clip_grad_norm_", "clip_grad_norm")   # those whose result is the norm of what they clipped
 FLAT, DTENSOR, LOCAL = "FSDP1 flat parameters", "DTensor shards", "local shards (to_local())"
 
 
@@ -98,6 +99,9 @@ class ClipNorms:
         @functools.wraps(original)
         def clip(*args, **kwargs):
             if self._depth or not self.host.observing or not distributed.running():
+                if (not self._depth and name in _CLIPS and not self.host.observing and self.host.norm_wanted()
+                        and not distributed.running()):
+                    return self._offering(original, keyword, at, args, kwargs)
                 return original(*args, **kwargs)
             caller = sys._getframe(1)
             args, kwargs = _listed(args, kwargs, keyword)   # a generator is read once, by both
@@ -116,6 +120,34 @@ class ClipNorms:
             return result
 
         return clip
+
+    def _offering(self, original, keyword: str, at: int, args, kwargs):
+        """A watch's unsampled step whose monitor takes the norm on a schedule (record/budget.py):
+        the script's clip computes the 2-norm anyway, and the monitor may keep it this step."""
+        caller = sys._getframe(2)
+        args, kwargs = _listed(args, kwargs, keyword)   # a generator is read once, by both
+        result = original(*args, **kwargs)
+        if not is_internal(caller.f_code.co_filename):
+            self.host.guarded(self._offer, keyword, at, args, kwargs, result)
+        return result
+
+    def _offer(self, keyword: str, at: int, args, kwargs, result) -> None:
+        """The clipped gradients' norm, from the clip's result: torch scales them by
+        min(1, max_norm / (norm + 1e-6)), so their norm is the result times that."""
+        if float(kwargs.get("norm_type", args[at] if len(args) > at else 2.0)) != 2.0:
+            return
+        if not isinstance(result, torch.Tensor) or distributed.is_dtensor(result) or result.numel() != 1:
+            return
+        max_norm = kwargs.get("max_norm", args[1] if len(args) > 1 else None)
+        given = kwargs[keyword] if keyword in kwargs else args[0]
+        given = [given] if isinstance(given, torch.Tensor) else given
+        tensors = sum(1 for p in given if p.grad is not None)
+        if max_norm is None or not tensors:
+            return
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            norm = result.detach().float().reshape(())
+            norm = norm * torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
+        self.host.offer_norm(norm, tensors)
 
     def _measure(self, calls: list, name: str, keyword: str, at: int | None, args, kwargs, caller) -> None:
         """Before the call: what it covers, and the squared norms of those gradients."""

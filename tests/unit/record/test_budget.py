@@ -237,3 +237,32 @@ def test_an_evaluation_before_the_first_step_is_not_the_first_steps_cost():
             clock.now += 1.0 + (25.0 if step == 0 else 0.0)
             opt.step()
     assert run.recorder.schedule.first_extra() == pytest.approx(25.0)
+
+
+@pytest.mark.parametrize("clips", [True, False])
+def test_with_the_norm_on_a_schedule_a_scripts_clip_gives_the_norm_of_the_other_steps(clips):
+    """The monitor takes its own norm every 4th step here; on the others a script that clips
+    hands it the norm of the clipped gradients (the clip's result, scaled as it scaled them)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    truth = []
+    with leaky.Watch(every=10**6) as run:
+        run.recorder.schedule.norm_every = 4
+        for step in range(24):
+            x, y = torch.randn(16, 8) * (1 + step), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if clips:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.3)
+            truth.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())
+            opt.step()
+    rows = {row.step: row.grad_norm for row in run.recorder.builder.series}
+    for step in range(1, 24):   # step 0 is sampled: its norm comes from the fold
+        if clips or step % 4 == 0:
+            assert rows[step] == pytest.approx(truth[step], rel=1e-5), step
+        else:
+            assert rows[step] is None, step
+    if clips:
+        assert max(truth) == pytest.approx(0.3, rel=1e-4)   # it did clip
+    assert no_leaky_left() == []
