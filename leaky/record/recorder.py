@@ -121,6 +121,7 @@ class Recorder(StepTracking):
         self.batch = BatchMixing(self.left_out, self.modules.key_of, self.locator.locate)
         if self.schedule is not None:
             self.modules.on_root_call = self._root_called
+            self.origins.own, self.origins.clock = self.schedule.own, self.schedule.clock
         if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
             self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
