@@ -118,7 +118,9 @@ class Watch(Audit):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.run_info["overhead"] = self.recorder.schedule.summary()   # before the report is built
+        overhead = self.recorder.schedule.summary()   # before the report is built
+        overhead["norms_from_clip"] = self.recorder.monitor.offered_used
+        self.run_info["overhead"] = overhead
         super().__exit__(exc_type, exc, tb)
         self._announce(self.report.findings, self._last_step())
         self._report = dataclasses.replace(self.report, unconfirmed=tuple(self._unconfirmed_rows()))

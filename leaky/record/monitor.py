@@ -85,6 +85,7 @@ class StepMonitor:
         self.norm_seconds = 0.0
         self._flushed_at = float("-inf")
         self._offered: tuple[Tensor, int] | None = None   # the script's own norm this step (offer)
+        self.offered_used = 0   # steps whose norm was the script's
         # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
         self.pending: list[SeriesRow] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
@@ -141,6 +142,7 @@ class StepMonitor:
         if optimizer is not None and norm is None and not want and offered is not None:
             if len(present_grads(optimizer)) == offered[1]:
                 norm = offered[0]   # the script's clip covered as many gradients as this optimizer holds
+                self.offered_used += 1
         if optimizer is not None and norm is None and want:
             start = self.clock()
             grads = present_grads(optimizer)

@@ -263,6 +263,7 @@ def test_with_the_norm_on_a_schedule_a_scripts_clip_gives_the_norm_of_the_other_
             assert rows[step] == pytest.approx(truth[step], rel=1e-5), step
         else:
             assert rows[step] is None, step
+    assert run.report.run["overhead"]["norms_from_clip"] == (18 if clips else 0)   # 23 unsampled steps, 5 due
     if clips:
         assert max(truth) == pytest.approx(0.3, rel=1e-4)   # it did clip
     assert no_leaky_left() == []
