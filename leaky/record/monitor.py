@@ -86,6 +86,7 @@ class StepMonitor:
         self._flushed_at = float("-inf")
         self._offered: tuple[Tensor, int] | None = None   # the script's own norm this step (offer)
         self.offered_used = 0   # steps whose norm was the script's
+        self._counts: dict[tuple, int] = {}   # (id(optimizer), its groups) -> its parameters
         # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
         self.pending: list[SeriesRow] = []
         # The current step's loss: the sum of the scalars backward() was called on since the
@@ -105,11 +106,12 @@ class StepMonitor:
         self.riders: list[tuple[Callable, Callable]] = []
         self._flat: dict[int, bool] = {}   # id(optimizer) -> it holds FSDP1 flat-parameter shards
 
-    def offer(self, norm: Tensor, tensors: int) -> None:
-        """A norm of `tensors` gradients the script computed this step (its clip_grad_norm_,
-        record/instruments/clip_norms.py): kept as the step's norm when the monitor does not
-        take its own this step and the step's optimizer holds as many gradients."""
-        self._offered = (norm, tensors)
+    def offer(self, norm: Tensor, max_norm: float, params: int) -> None:
+        """The script's clip_grad_norm_ over `params` parameters returned `norm` this step
+        (record/instruments/clip_norms.py): the clipped gradients' norm is kept as the step's
+        when the monitor does not take its own this step and the step's optimizer holds as
+        many parameters; worked out at the flush (_Clipped), no tensor op here."""
+        self._offered = (_Clipped(norm, max_norm), params)
 
     def note_zero_grad(self) -> None:
         self._zeroed = True
@@ -140,8 +142,8 @@ class StepMonitor:
         want, norm = norm, total
         offered, self._offered = self._offered, None
         if optimizer is not None and norm is None and not want and offered is not None:
-            if len(present_grads(optimizer)) == offered[1]:
-                norm = offered[0]   # the script's clip covered as many gradients as this optimizer holds
+            if self._param_count(optimizer) == offered[1]:
+                norm = offered[0]   # the script's clip covered as many parameters as this optimizer holds
                 self.offered_used += 1
         if optimizer is not None and norm is None and want:
             start = self.clock()
@@ -162,6 +164,14 @@ class StepMonitor:
         lr = _learning_rate(optimizer)
         self.pending.append(SeriesRow(step, self.loss, norm, lr, index, self.terms))
         self.loss, self.terms, self._zeroed = None, None, False
+
+    def _param_count(self, optimizer) -> int:
+        """How many parameters the optimizer holds (counted once per optimizer and group count)."""
+        key = (id(optimizer), len(optimizer.param_groups))
+        count = self._counts.get(key)
+        if count is None:
+            count = self._counts[key] = sum(len(group["params"]) for group in optimizer.param_groups)
+        return count
 
     def _flat_sharded(self, optimizer) -> "_Sharded | None":
         """Under FSDP1, the squared norms of the flat parameters' shards (to be summed over the
@@ -196,6 +206,7 @@ class StepMonitor:
     def flush(self) -> list[SeriesRow]:
         """One device-to-host copy for the whole batch."""
         self._flushed_at = self.clock()
+        self.pending = _scale_clipped(self.pending)
         if distributed.running():
             self.pending = self._across_ranks(self.pending)
         else:
@@ -217,6 +228,7 @@ class StepMonitor:
         norm or, with several ranks, the losses still need their all-reduce."""
         if distributed.running() or any(isinstance(row.grad_norm, _Sharded) for row in self.pending):
             return None
+        self.pending = _scale_clipped(self.pending)
         return self._values()
 
     def _values(self) -> list[Tensor]:
@@ -290,6 +302,27 @@ class _Sharded:
 
     def __init__(self, plain: Tensor | None, shards: Tensor) -> None:
         self.plain, self.shards = plain, shards
+
+
+class _Clipped:
+    """A step's norm from the script's clip: its result and max_norm (StepMonitor.offer)."""
+
+    def __init__(self, norm: Tensor, max_norm: float) -> None:
+        self.norm, self.max_norm = norm, max_norm
+
+
+def _scale_clipped(pending: list[SeriesRow]) -> list[SeriesRow]:
+    """The clipped gradients' norms of the steps whose norm came from a clip, in a few ops for
+    the whole batch: torch scaled them by min(1, max_norm / (norm + 1e-6))."""
+    clipped = [row for row in pending if isinstance(row.grad_norm, _Clipped)]
+    if not clipped:
+        return pending
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        device = clipped[0].grad_norm.norm.device
+        norms = torch.stack([row.grad_norm.norm.detach().float().reshape(()).to(device) for row in clipped])
+        limits = torch.tensor([row.grad_norm.max_norm for row in clipped], dtype=torch.float32, device=device)
+        scaled = iter((norms * torch.clamp(limits / (norms + 1e-6), max=1.0)).unbind())
+    return [row._replace(grad_norm=next(scaled)) if isinstance(row.grad_norm, _Clipped) else row for row in pending]
 
 
 def _combine_shards(pending: list[SeriesRow]) -> list[SeriesRow]:

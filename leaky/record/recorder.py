@@ -224,9 +224,18 @@ class Recorder(StepTracking):
         schedule = self.schedule
         return schedule is not None and schedule.norm_every > 1 and not schedule.norm_due(self.step)
 
-    def offer_norm(self, norm, tensors: int) -> None:
+    def offer_norm(self, norm, max_norm: float, params: int) -> None:
         """InstrumentHost: a norm the script computed (record/monitor.py StepMonitor.offer)."""
-        self.monitor.offer(norm, tensors)
+        self.monitor.offer(norm, max_norm, params)
+
+    def clock(self) -> float:
+        """InstrumentHost: the budget's clock (0.0 in an audit, which has none)."""
+        return self.schedule.clock() if self.schedule is not None else 0.0
+
+    def own_time(self, seconds: float) -> None:
+        """InstrumentHost: an instrument's time on a watch's every-step path."""
+        if self.schedule is not None:
+            self.schedule.own(seconds)
 
     def across_ranks(self, provide, receive) -> None:
         """An instrument's values summed over the ranks at each flush of the series (InstrumentHost)."""

@@ -42,10 +42,15 @@ class InstrumentHost(Protocol):
         """Whether the every-step monitor would take a norm of the script's (`offer_norm`) this
         step: a watch's unsampled step whose own norm is not due (record/budget.py)."""
 
-    def offer_norm(self, norm: Any, tensors: int) -> None:
-        """The 2-norm of `tensors` gradients as they are now, a 0-d tensor the script computed
-        anyway (its clip_grad_norm_): the monitor keeps it as the step's norm if the step's
-        optimizer holds as many gradients."""
+    def offer_norm(self, norm: Any, max_norm: float, params: int) -> None:
+        """A clip_grad_norm_ over `params` parameters returned `norm` (0-d) with `max_norm`:
+        the monitor keeps the clipped gradients' norm as the step's if the step's optimizer
+        holds as many parameters."""
+
+    def clock(self) -> float: ...                        # a watch's budget clock (record/budget.py)
+
+    def own_time(self, seconds: float) -> None:
+        """Time an instrument spent on a watch's every-step path (the budget counts it)."""
 
     def across_ranks(self, provide: Callable[[], list], receive: Callable[[list], None]) -> None:
         """With several ranks, at each batched flush of the series (every rank flushes the same

@@ -124,30 +124,26 @@ class ClipNorms:
     def _offering(self, original, keyword: str, at: int, args, kwargs):
         """A watch's unsampled step whose monitor takes the norm on a schedule (record/budget.py):
         the script's clip computes the 2-norm anyway, and the monitor may keep it this step."""
-        caller = sys._getframe(2)
         args, kwargs = _listed(args, kwargs, keyword)   # a generator is read once, by both
         result = original(*args, **kwargs)
-        if not is_internal(caller.f_code.co_filename):
+        start = self.host.clock()
+        if not is_internal(sys._getframe(2).f_code.co_filename):
             self.host.guarded(self._offer, keyword, at, args, kwargs, result)
+        self.host.own_time(self.host.clock() - start)
         return result
 
     def _offer(self, keyword: str, at: int, args, kwargs, result) -> None:
-        """The clipped gradients' norm, from the clip's result: torch scales them by
-        min(1, max_norm / (norm + 1e-6)), so their norm is the result times that."""
+        """The clip's result and its max_norm: the norm of the gradients it clipped is the
+        result times min(1, max_norm / (result + 1e-6)), as torch scaled them (the monitor
+        works it out for a whole batch of steps at its flush: no tensor op here)."""
         if float(kwargs.get("norm_type", args[at] if len(args) > at else 2.0)) != 2.0:
             return
         if not isinstance(result, torch.Tensor) or distributed.is_dtensor(result) or result.numel() != 1:
             return
         max_norm = kwargs.get("max_norm", args[1] if len(args) > 1 else None)
         given = kwargs[keyword] if keyword in kwargs else args[0]
-        given = [given] if isinstance(given, torch.Tensor) else given
-        tensors = sum(1 for p in given if p.grad is not None)
-        if max_norm is None or not tensors:
-            return
-        with torch._C.DisableTorchFunction(), torch.no_grad():
-            norm = result.detach().float().reshape(())
-            norm = norm * torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
-        self.host.offer_norm(norm, tensors)
+        if max_norm is not None:
+            self.host.offer_norm(result, float(max_norm), 1 if isinstance(given, torch.Tensor) else len(given))
 
     def _measure(self, calls: list, name: str, keyword: str, at: int | None, args, kwargs, caller) -> None:
         """Before the call: what it covers, and the squared norms of those gradients."""
