@@ -155,6 +155,10 @@ class ModuleTracker:
             cached = self._root_params[root] = any(True for _ in self.infos[root].module.parameters())
         return cached
 
+    def trained_roots(self) -> list[nn.Module]:
+        """The root modules that own parameters (a model, not a loss module), in the order met."""
+        return [self.infos[root].module for root in self.root_labels if self._has_params(root)]
+
     def holder_parameters(self):
         """(the variable naming the holder, the parameter's path in it, parameter) for the
         parameters of the modules that hold a root without running (`agent`, `actor_logstd`

@@ -37,6 +37,7 @@ from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginRecords
 from leaky.record.params import ParamTable
 from leaky.record.provenance import Provenance
+from leaky.record.replay import ForwardReplay
 from leaky.record.run_record import RunRecord, snapshot
 from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
 from leaky.record.step_record import StepBuffer
@@ -95,6 +96,7 @@ class Recorder(StepTracking):
         self.last_optimizer: torch.optim.Optimizer | None = None
         self.warning_source = WarningSource()   # torch's warnings point at the user's line, not leaky's
         self.modules = ModuleTracker()
+        self.replay = ForwardReplay()   # a forward NaN of an unsampled step, named by a replay
         self.sites = SiteTable()
         self.locator = SourceLocator()
         self.origins = OriginRecords(self.locator, outside_graphs(self.guarded), self._note_zero_grad, self._mode_paused)
@@ -147,7 +149,7 @@ class Recorder(StepTracking):
         """Enter every instrument, the added ones (record/instruments/) after the recorder's
         own; should one fail to enter, those already entered are left again."""
         with ExitStack() as stack:
-            for part in (self.warning_source, self.modules, self.origins):
+            for part in (self.warning_source, self.modules, self.replay, self.origins):
                 stack.enter_context(part)
             self._hook_steps()
             stack.callback(self._unhook_steps)

@@ -1,0 +1,165 @@
+"""Naming a forward NaN born on a watch's unsampled step, by running the forward again.
+
+A watch observes a step op by op only on its sampled steps. A NaN born in the forward of an
+unsampled step (step 537, sampling every 100) would reach the next sampled step through the
+parameters, where the first non-finite op is a different one. So on unsampled steps:
+
+1. each call of a root model (one that owns parameters) keeps, in one pre-hook on that
+   module, references to its args and kwargs (no copies) and the random state before it:
+   the CPU generator's, and the CUDA generator's of the inputs' device;
+2. the step's loss is tested at backward() (one 0-d finiteness test, with no host sync
+   added on a GPU: `nonfinite_without_sync`);
+3. only when it is not finite, once per run, the kept calls are run again under the op
+   mode, with the recorder observing, so that `Recorder._check_finite` names the op and
+   the line, at this step. The random state is the one before the original call during
+   the replay and is put back after it; the buffers are copied back (batch norm's running
+   statistics); the user's hooks do not run; no backward runs, so no .grad changes.
+
+Training stays bit-identical: the replay reads what the step already computed and puts
+back everything it changes (tests/unit/watch/test_nan_replay.py).
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from contextlib import ExitStack
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from leaky.process.guards import outside_graphs
+from leaky.record.rerun import buffers_kept, untouched
+
+KEPT_CALLS = 4   # root calls kept since the last backward (a GAN: G, then D on real and fake)
+MAX_ROOTS = 8    # root models hooked at most: each hooked call leaves torch's fast path
+
+
+class RootCall(NamedTuple):
+    module: nn.Module
+    args: tuple
+    kwargs: dict
+    cpu_state: Tensor
+    cuda_state: tuple[torch.device, Tensor] | None   # the inputs' CUDA device and its generator's state
+
+
+class ForwardReplay:
+    """Context manager: the per-root hooks of a watch's unsampled steps, and the replay."""
+
+    def __init__(self) -> None:
+        self.armed = False      # an unsampled step of a watch: calls are kept
+        self.calls: deque[RootCall] = deque(maxlen=KEPT_CALLS)
+        self.tried = False      # one replay per run at most
+        self.replays = 0        # replays run (a healthy run: 0)
+        self.skipped: str | None = None   # why a non-finite loss was not replayed, if so
+        self._hooked: dict[int, Any] = {}   # id(root) -> its pre-hook's handle
+        self._roots_seen = 0
+        self._keep_hook = outside_graphs(self._keep)
+
+    def __enter__(self) -> "ForwardReplay":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._hooked.values():
+            handle.remove()
+        self._hooked.clear()
+        self.calls.clear()
+        self.armed = False
+
+    # -- on every unsampled step ---------------------------------------------------------
+    def arm(self, on: bool, modules) -> None:
+        """Keep root calls (on) or not; hook the roots that `modules` (ModuleTracker) met
+        since the last look. NOTE: roots are named on sampled steps only (the global hooks
+        are off in between): a model first called on an unsampled step is hooked from the
+        next sampled step on."""
+        self.armed = on and not self.tried
+        if not on:
+            self.calls.clear()
+        elif len(modules.root_labels) != self._roots_seen and not self.tried:
+            self._roots_seen = len(modules.root_labels)
+            for root in modules.trained_roots():
+                self._hook(root)
+
+    def _hook(self, root: nn.Module) -> None:
+        if id(root) in self._hooked or len(self._hooked) >= MAX_ROOTS or _compiled(root):
+            return
+        self._hooked[id(root)] = root.register_forward_pre_hook(self._keep_hook, with_kwargs=True)
+
+    def _keep(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """The pre-hook: O(1), references only. Not under no_grad (an evaluation loop)."""
+        if self.armed and torch.is_grad_enabled():
+            self.calls.append(RootCall(module, args, kwargs, torch.get_rng_state(), _cuda_state(args)))
+        return None   # the call's inputs are left as they are
+
+    # -- when the loss is not finite -----------------------------------------------------
+    def run(self, observed: Callable[[], Any], step: int) -> None:
+        """Run the kept calls again, each under `observed()` (the recorder observing it as
+        a sampled forward), with the random state each one started from."""
+        self.tried = True
+        self.armed = False
+        calls, self.calls = list(self.calls), deque(maxlen=KEPT_CALLS)
+        if not calls:
+            return
+        if not _parameters_finite([c.module for c in calls]):
+            # NOTE: then the NaN was not born in this forward (an earlier backward or update
+            # made it): the first op reading the parameters would be blamed for it. LK205
+            # tells the loss's divergence, and the series the step whose gradient norm
+            # turned non-finite; a sampled step that follows still names its first
+            # non-finite op, as LK107 does today.
+            self.skipped = f"the parameters were already non-finite at step {step}"
+            return
+        self.replays += 1
+        for call in calls:
+            _replay_one(call, observed)
+
+
+def _replay_one(call: RootCall, observed: Callable[[], Any]) -> None:
+    devices = [call.cuda_state[0]] if call.cuda_state is not None else []
+    with ExitStack() as stack:
+        stack.enter_context(torch.random.fork_rng(devices=devices))   # the state of now, put back after
+        torch.set_rng_state(call.cpu_state)
+        if call.cuda_state is not None:
+            torch.cuda.set_rng_state(call.cuda_state[1], call.cuda_state[0])
+        for context in (untouched(call.module), buffers_kept(call.module), torch.enable_grad(), observed()):
+            stack.enter_context(context)
+        call.module(*call.args, **call.kwargs)
+
+
+def nonfinite_without_sync(loss: Tensor) -> bool:
+    """Whether the loss is NaN/Inf, asked only where the answer costs no wait.
+
+    NOTE: on the CPU the read is free. On a GPU reading a value waits for every kernel queued
+    before it, so the loss is read only when the stream has nothing left to run (the script
+    synced since its forward, or the GPU has caught up): otherwise the step goes untested,
+    and a forward NaN that it made is named at the next sampled step, as before."""
+    with torch._C.DisableTorchFunction():
+        if loss.device.type == "cpu":
+            return not math.isfinite(loss.item())
+        if loss.device.type == "cuda" and torch.cuda.current_stream(loss.device).query():
+            return not math.isfinite(loss.item())
+    return False
+
+
+def _parameters_finite(roots: list[nn.Module]) -> bool:
+    """One reduction over the kept roots' parameters, and one host read (once per run)."""
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        params = list({id(p): p for root in roots for p in root.parameters() if p.is_floating_point()}.values())
+        if not params:
+            return True
+        norms = torch._foreach_norm([p.detach() for p in params])
+        return bool(torch.isfinite(torch.stack([n.float() for n in norms])).all())
+
+
+def _cuda_state(args: tuple) -> tuple[torch.device, Tensor] | None:
+    """The CUDA generator's state for the device of the first CUDA tensor among the args."""
+    for arg in args:
+        if isinstance(arg, Tensor):
+            if arg.is_cuda:
+                return arg.device, torch.cuda.get_rng_state(arg.device)
+            return None   # NOTE: one look, at the first tensor: a CPU model's call stays cheap
+    return None
+
+
+def _compiled(root: nn.Module) -> bool:
+    """A torch.compile'd module: its replay would run compiled code, which the op mode does not see."""
+    return type(root).__name__ == "OptimizedModule"
