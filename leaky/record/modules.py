@@ -54,6 +54,7 @@ class ModuleTracker:
         self._pre_hook = outside_graphs(self._pre)
         self._post_hook = outside_graphs(self._post)
         self.on_root_return = None   # (module, args, kwargs, output) after a root's forward (LK306's probe)
+        self.on_root_call = None     # (module, args) before a root's forward (record/replay.py)
         # modules that hold a root but never ran themselves (an agent whose methods run
         # self.critic(x)): the variable naming each, for the parameters they own directly
         self._holders: dict[int, tuple[str, weakref.ref]] = {}
@@ -194,6 +195,8 @@ class ModuleTracker:
             info.called_by_torch = _caller_is_internal()
 
     def _pre(self, module: nn.Module, args) -> None:
+        if not self._stack and self.on_root_call is not None:
+            self.on_root_call(module, args)
         self._stack.append(self.key_of(module))
 
     def _post(self, module: nn.Module, args, kwargs, output) -> None:

@@ -114,8 +114,10 @@ class Recorder(StepTracking):
         self.taps = ForwardTaps(("leaky", id(self)), self.provenance.origin_of)
         self.functions = CustomFunctions(self)
         self.batch = BatchMixing(self.left_out, self.modules.key_of, self.locator.locate)
-        if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
-            self.modules.on_root_return = outside_graphs(self._probe_batch)
+        if config.batch_probe or sample_every is not None:   # LK306's probe; a watch's replay
+            self.modules.on_root_return = outside_graphs(self._root_returned)
+        if sample_every is not None:   # a watch: which roots draw random numbers (record/replay.py)
+            self.modules.on_root_call = outside_graphs(self._root_called)
         self.compiled = CompiledCalls(self)
         self.cut_records = CutRecords(self)   # cuts of the gradient path, in-place initialisations
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self.cut_records.leaf_reached)
@@ -256,6 +258,19 @@ class Recorder(StepTracking):
                 self.modules.attach()
             if mode_was_on and not self._mode_on:
                 self._resume_mode()
+
+    def _root_called(self, module, args) -> None:
+        if self.observing and self.error is None:
+            self.guarded(self.replay.root_called, module, args)
+
+    def _root_returned(self, module, args, kwargs, output) -> None:
+        """A root's forward returned on an observed step: whether it drew random numbers (a
+        watch's replay), then LK306's batch probe (an audit and a watch alike: a model's
+        first sampled call)."""
+        if self.sample_every is not None and self.observing and self.error is None:
+            self.guarded(self.replay.root_returned, module)
+        if self.config.batch_probe:
+            self._probe_batch(module, args, kwargs, output)
 
     def _probe_batch(self, module, args, kwargs, output) -> None:
         if self.observing and self.error is None and not self.compiled.running:

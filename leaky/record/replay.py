@@ -5,8 +5,10 @@ unsampled step (step 537, sampling every 100) would reach the next sampled step 
 parameters, where the first non-finite op is a different one. So on unsampled steps:
 
 1. each call of a root model (one that owns parameters) keeps, in one pre-hook on that
-   module, references to its args and kwargs (no copies) and the random state before it:
-   the CPU generator's, and the CUDA generator's of the inputs' device;
+   module, references to its args and kwargs (no copies) and, for a root whose forward
+   draws random numbers (seen on sampled steps: `root_called`, `root_returned`), the
+   random state before it: the CPU generator's, and the CUDA generator's of the inputs'
+   device;
 2. the step's loss is tested at backward() (one 0-d finiteness test, with no host sync
    added on a GPU: `nonfinite_without_sync`);
 3. only when it is not finite, once per run, the kept calls are run again under the op
@@ -39,7 +41,7 @@ class RootCall(NamedTuple):
     module: nn.Module
     args: tuple
     kwargs: dict
-    cpu_state: Tensor
+    cpu_state: Tensor | None                          # None: the root draws no random numbers
     cuda_state: tuple[torch.device, Tensor] | None   # the inputs' CUDA device and its generator's state
 
 
@@ -55,6 +57,8 @@ class ForwardReplay:
         self._hooked: dict[int, Any] = {}   # id(root) -> its pre-hook's handle
         self._roots_seen = 0
         self._keep_hook = outside_graphs(self._keep)
+        self.random: set[int] = set()   # id(root) of the roots whose forward drew random numbers
+        self._before: tuple | None = None   # (id(root), the random states) at a sampled root call
 
     def __enter__(self) -> "ForwardReplay":
         return self
@@ -86,10 +90,40 @@ class ForwardReplay:
         self._hooked[id(root)] = root.register_forward_pre_hook(self._keep_hook, with_kwargs=True)
 
     def _keep(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        """The pre-hook: O(1), references only. Not under no_grad (an evaluation loop)."""
+        """The pre-hook: O(1), references only. Not under no_grad (an evaluation loop).
+
+        NOTE: the random state is a 5 KB copy (the CPU generator's Mersenne Twister), about
+        3 µs a call in place: taken only for the roots seen drawing random numbers."""
         if self.armed and torch.is_grad_enabled():
-            self.calls.append(RootCall(module, args, kwargs, torch.get_rng_state(), _cuda_state(args)))
+            if id(module) in self.random:
+                call = RootCall(module, args, kwargs, torch.get_rng_state(), _cuda_state(args))
+            else:
+                call = RootCall(module, args, kwargs, None, None)
+            self.calls.append(call)
         return None   # the call's inputs are left as they are
+
+    # -- on sampled steps: which roots draw random numbers ------------------------------
+    def root_called(self, module: nn.Module, args: tuple) -> None:
+        """A root's call begins on a sampled step (ModuleTracker.on_root_call): note the
+        random states. NOTE: only with gradients on (training); a root is taken to draw
+        random numbers from the first training call seen to draw any, for the rest of the
+        run: a dropout switched on later, between two sampled steps, is missed until the
+        next one."""
+        self._before = None
+        if torch.is_grad_enabled() and id(module) not in self.random:
+            self._before = (id(module), torch.get_rng_state(), _cuda_state(args))
+
+    def root_returned(self, module: nn.Module) -> None:
+        """The root's call ended (ModuleTracker.on_root_return): did its forward draw?"""
+        before, self._before = self._before, None
+        if before is None or before[0] != id(module):
+            return
+        _, cpu, cuda = before
+        moved = not torch.equal(cpu, torch.get_rng_state())
+        if cuda is not None:
+            moved = moved or not torch.equal(cuda[1], torch.cuda.get_rng_state(cuda[0]))
+        if moved:
+            self.random.add(id(module))
 
     # -- when the loss is not finite -----------------------------------------------------
     def run(self, observed: Callable[[], Any], step: int) -> None:
@@ -117,7 +151,8 @@ def _replay_one(call: RootCall, observed: Callable[[], Any]) -> None:
     devices = [call.cuda_state[0]] if call.cuda_state is not None else []
     with ExitStack() as stack:
         stack.enter_context(torch.random.fork_rng(devices=devices))   # the state of now, put back after
-        torch.set_rng_state(call.cpu_state)
+        if call.cpu_state is not None:
+            torch.set_rng_state(call.cpu_state)
         if call.cuda_state is not None:
             torch.cuda.set_rng_state(call.cuda_state[1], call.cuda_state[0])
         for context in (untouched(call.module), buffers_kept(call.module), torch.enable_grad(), observed()):

@@ -109,11 +109,12 @@ class StepTracking:
         the hooks are put on again inside it (after `untouched` has hidden the user's)."""
         was_attached = self.modules.attached
         self.modules.detach()
-        probe, self.modules.on_root_return = self.modules.on_root_return, None
+        callbacks = self.modules.on_root_call, self.modules.on_root_return
+        self.modules.on_root_call = self.modules.on_root_return = None
         try:
             self.replay.run(self._observed_replay, self.step)
         finally:
-            self.modules.on_root_return = probe
+            self.modules.on_root_call, self.modules.on_root_return = callbacks
             if was_attached:
                 self.modules.attach()
 
