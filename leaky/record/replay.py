@@ -56,7 +56,7 @@ class ForwardReplay:
         self.skipped: str | None = None   # why a non-finite loss was not replayed, if so
         self._hooked: dict[int, Any] = {}   # id(root) -> its pre-hook's handle
         self._roots_seen = 0
-        self._keep_hook = outside_graphs(self._keep)
+        self._keep_hook = _KeepHook(outside_graphs(self._keep))
         self.random: set[int] = set()   # id(root) of the roots whose forward drew random numbers
         self._before: tuple | None = None   # (id(root), the random states) at a sampled root call
 
@@ -145,6 +145,37 @@ class ForwardReplay:
         self.replays += 1
         for call in calls:
             _replay_one(call, observed)
+
+
+class _KeepHook:
+    """The pre-hook's callable.
+
+    NOTE: a model saved whole (torch.save(model)) or deep-copied (an EMA, a best-model
+    snapshot) while the watch runs takes its hooks along. This one pickles as, and
+    deep-copies to, `_inert` (a module-level function that does nothing): the save works
+    (loading it then imports leaky), and the copy holds no reference to the recorder and
+    keeps none of its calls. The copy's hook stays after the watch (it is not the root
+    that was hooked): it costs that copy's calls torch's slow path, and does nothing."""
+
+    def __init__(self, keep: Callable) -> None:
+        self.keep = keep
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        return self.keep(module, args, kwargs)
+
+    def __reduce__(self):
+        return _inert_hook, ()
+
+    def __deepcopy__(self, memo) -> Callable:
+        return _inert
+
+
+def _inert(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    return None
+
+
+def _inert_hook() -> Callable:
+    return _inert
 
 
 def _replay_one(call: RootCall, observed: Callable[[], Any]) -> None:

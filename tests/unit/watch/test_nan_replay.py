@@ -5,7 +5,9 @@ Real models, a real backward and a real optimizer; the NaN comes from the data: 
 value that one poisoned input makes negative."""
 from __future__ import annotations
 
+import copy
 import inspect
+import io
 
 import pytest
 import torch
@@ -199,3 +201,28 @@ def test_parameters_already_nan_are_not_blamed_on_a_replayed_op():
     assert watch.recorder.replay.replays == 0
     assert watch.recorder.replay.skipped == "the parameters were already non-finite at step 5"
     assert no_leaky_left() == []
+
+
+def test_a_model_saved_or_copied_during_the_watch_takes_no_live_hook_along():
+    """torch.save(model) and copy.deepcopy(model) on an unsampled step: the save works, and
+    the copy's hook is inert (no reference to the recorder, nothing kept)."""
+    torch.manual_seed(0)
+    model = Poisoned(noisy=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with leaky.watch(every=1000) as watch:
+        for step in range(4):
+            loss = F.cross_entropy(model(torch.rand(16, 8)), torch.randint(0, 3, (16,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step == 2:
+                buffer = io.BytesIO()
+                torch.save(model, buffer)
+                snapshot = copy.deepcopy(model)
+                snapshot(torch.rand(16, 8))
+                assert [call.module for call in watch.recorder.replay.calls] == []
+    assert no_leaky_left() == [] and not model._forward_pre_hooks
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert list(loaded._forward_pre_hooks.values()) == [replay_module._inert]
+    assert list(snapshot._forward_pre_hooks.values()) == [replay_module._inert]
