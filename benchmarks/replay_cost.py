@@ -132,20 +132,20 @@ def main() -> None:
     if args.parts:
         return parts()
     block(200, True), block(200, False), block(200, True, plain=True)   # warm-up
-    # NOTE: on a shared machine the mean of a block swings by ±50% (other processes); the
-    # median step of a block does not: each block is summarised by its median and its mean.
+    # NOTE: on a shared machine the mean and even the median step of a block swing by ±50%
+    # (other processes): each block is summarised by its 10th-percentile step (and median).
     rows = []
     for r in range(args.rounds):
         order = [True, False] if r % 2 == 0 else [False, True]
         times = {variant: block(args.steps, variant) for variant in order}
         times["plain"] = block(args.steps, True, plain=True)
-        row = {k: (statistics.median(v), statistics.fmean(v)) for k, v in times.items()}
+        row = {k: (sorted(v)[len(v) // 10], statistics.median(v)) for k, v in times.items()}
         rows.append(row)
-        print(f"round {r}: median (mean) µs/step: plain {row['plain'][0]:7.1f} ({row['plain'][1]:7.1f})  "
+        print(f"round {r}: 10th percentile (median) µs/step: plain {row['plain'][0]:7.1f} ({row['plain'][1]:7.1f})  "
               f"without {row[False][0]:7.1f} ({row[False][1]:7.1f})  replay {row[True][0]:7.1f} ({row[True][1]:7.1f})"
-              f"  diff of medians {row[True][0] - row[False][0]:+6.1f}", flush=True)
+              f"  diff of 10th percentiles {row[True][0] - row[False][0]:+6.1f}", flush=True)
     diffs = [row[True][0] - row[False][0] for row in rows]
-    print(f"over rounds, median of block medians: plain {statistics.median(r['plain'][0] for r in rows):.1f}, "
+    print(f"over rounds, median of the blocks' 10th percentiles: plain {statistics.median(r['plain'][0] for r in rows):.1f}, "
           f"without {statistics.median(r[False][0] for r in rows):.1f}, "
           f"replay {statistics.median(r[True][0] for r in rows):.1f} µs/step; replay - without: "
           f"median {statistics.median(diffs):+.1f} µs/step (range {min(diffs):+.1f} .. {max(diffs):+.1f})")

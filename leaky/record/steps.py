@@ -98,8 +98,8 @@ class StepTracking:
         folded on that rank alone, out of step with the exchange of sampled steps."""
         try:
             if (isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point()
-                    and not self._bad_seen and not distributed.running()
-                    and nonfinite_without_sync(self._unscaled(tensor))):
+                    and not self._bad_seen and nonfinite_without_sync(self._unscaled(tensor))
+                    and not distributed.running()):
                 self._replay_forward()
         finally:
             self.replay.calls.clear()
