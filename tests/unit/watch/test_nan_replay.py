@@ -62,13 +62,17 @@ def train(model: nn.Module, steps: int, poison_at: int | None) -> list[torch.Ten
     return losses
 
 
-def run(steps: int, poison_at: int | None, noisy: bool = False, every: int | None = 1000, config=None):
-    """(losses, state_dict, the watch or None) of one seeded run."""
+def run(steps: int, poison_at: int | None, noisy: bool = False, every: int | None = 1000, config=None, told=None):
+    """(losses, state_dict, the watch or None, the model) of one seeded run; `told`: a list
+    that gets (code, op, step of the finding, step announced at) of each finding announced."""
     torch.manual_seed(0)
     model = Poisoned(noisy)
     if every is None:
         return train(model, steps, poison_at), model.state_dict(), None, model
-    with leaky.watch(every=every, config=config) as watch:
+    watch = leaky.watch(every=every, config=config)
+    if told is not None:
+        watch.on_finding = lambda finding, step: told.append((finding.code, finding.op, finding.step, step))
+    with watch:
         losses = train(model, steps, poison_at)
     return losses, model.state_dict(), watch, model
 
@@ -100,7 +104,10 @@ def test_nan_at_step_0_is_named_on_the_sampled_step():
 
 def test_nan_at_unsampled_step_500_is_named_by_a_replay():
     plain_losses, plain_state, _, _ = run(503, poison_at=500, every=None)
-    losses, state, watch, model = run(503, poison_at=500)
+    told = []
+    losses, state, watch, model = run(503, poison_at=500, told=told)
+    assert told == [("LK107", "log", 500, 500)]   # announced live, at the step itself
+    assert lk107(watch).module == "Poisoned"
     assert list(watch.recorder.builder.sample_steps) == [0, 500]   # step 0 sampled, step 500 the replay's record
     assert_named_at_log(lk107(watch), 500)
     assert watch.recorder.replay.replays == 1
@@ -226,3 +233,39 @@ def test_a_model_saved_or_copied_during_the_watch_takes_no_live_hook_along():
     loaded = torch.load(buffer, weights_only=False)
     assert list(loaded._forward_pre_hooks.values()) == [replay_module._inert]
     assert list(snapshot._forward_pre_hooks.values()) == [replay_module._inert]
+
+
+class Head(nn.Module):
+    """A second model, run on the first one's output: a sqrt of a value the poison makes negative."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, h, poison):
+        return self.fc(torch.sqrt(h.tanh() + 2 + poison))   # the NaN's birth in the head
+
+
+@pytest.mark.parametrize("poisoned", ["body", "head"])
+def test_two_models_in_turn_the_one_whose_forward_made_the_nan_is_named(poisoned):
+    """Two root models, the second fed the first's output: each kept call is replayed in
+    order, so a NaN of the first is named there (not where the second reads it), and a NaN
+    of the second is named in the second."""
+    torch.manual_seed(0)
+    body, head = Poisoned(), Head()
+    opt = torch.optim.SGD([*body.parameters(), *head.parameters()], lr=0.05)
+    gen = torch.Generator().manual_seed(1)
+    with leaky.watch(every=1000) as watch:
+        for step in range(203):
+            x = torch.rand(16, 8, generator=gen)
+            poison = torch.zeros(16, 1)
+            if step == 200:
+                (x if poisoned == "body" else poison)[3, 0] = -100.0
+            loss = F.cross_entropy(head(body(x), poison), torch.randint(0, 3, (16,), generator=gen))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finding = lk107(watch)
+    assert finding.step == 200 and watch.recorder.replay.replays == 1
+    assert (finding.op, finding.module) == (("log", "body") if poisoned == "body" else ("sqrt", "head"))
+    assert no_leaky_left() == [] and not body._forward_pre_hooks and not head._forward_pre_hooks
