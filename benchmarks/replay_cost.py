@@ -145,7 +145,8 @@ def main() -> None:
               f"without {row[False][0]:7.1f} ({row[False][1]:7.1f})  replay {row[True][0]:7.1f} ({row[True][1]:7.1f})"
               f"  diff of 10th percentiles {row[True][0] - row[False][0]:+6.1f}", flush=True)
     diffs = [row[True][0] - row[False][0] for row in rows]
-    print(f"over rounds, median of the blocks' 10th percentiles: plain {statistics.median(r['plain'][0] for r in rows):.1f}, "
+    print(f"over rounds, median of the blocks' 10th percentiles: "
+          f"plain {statistics.median(r['plain'][0] for r in rows):.1f}, "
           f"without {statistics.median(r[False][0] for r in rows):.1f}, "
           f"replay {statistics.median(r[True][0] for r in rows):.1f} µs/step; replay - without: "
           f"median {statistics.median(diffs):+.1f} µs/step (range {min(diffs):+.1f} .. {max(diffs):+.1f})")

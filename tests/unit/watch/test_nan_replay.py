@@ -41,8 +41,8 @@ class Poisoned(nn.Module):
         return self.fc2(z)
 
 
-LOG_LINE = next(i for i, line in enumerate(inspect.getsource(Poisoned).splitlines(), inspect.getsourcelines(Poisoned)[1])
-                if "torch.log(" in line)
+_LINES, _FIRST = inspect.getsourcelines(Poisoned)
+LOG_LINE = next(at for at, line in enumerate(_LINES, _FIRST) if "torch.log(" in line)
 
 
 def train(model: nn.Module, steps: int, poison_at: int | None) -> list[torch.Tensor]:
