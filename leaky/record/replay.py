@@ -54,6 +54,7 @@ class ForwardReplay:
         self.tried = False      # one replay per run at most
         self.replays = 0        # replays run (a healthy run: 0)
         self.skipped: str | None = None   # why a non-finite loss was not replayed, if so
+        self.weights_nonfinite_at: int | None = None   # the step whose loss found the weights non-finite
         self._hooked: dict[int, Any] = {}   # id(root) -> its pre-hook's handle
         self._roots_seen = 0
         self._keep_hook = _KeepHook(outside_graphs(self._keep))
@@ -137,10 +138,11 @@ class ForwardReplay:
         if not _parameters_finite([c.module for c in calls]):
             # NOTE: then the NaN was not born in this forward (an earlier backward or update
             # made it): the first op reading the parameters would be blamed for it. LK205
-            # tells the loss's divergence, and the series the step whose gradient norm
-            # turned non-finite; a sampled step that follows still names its first
-            # non-finite op, as LK107 does today.
+            # says so (AuditStats.weights_nonfinite_at), and the series holds the step whose
+            # gradient norm turned non-finite; a sampled step that follows still names its
+            # first non-finite op, as LK107 does today.
             self.skipped = f"the parameters were already non-finite at step {step}"
+            self.weights_nonfinite_at = step
             return
         self.replays += 1
         for call in calls:

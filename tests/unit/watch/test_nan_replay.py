@@ -191,7 +191,8 @@ def test_a_failing_replay_does_not_stop_training(monkeypatch):
 
 
 def test_parameters_already_nan_are_not_blamed_on_a_replayed_op():
-    """A NaN that an update put in the weights (not born in this forward): no replay."""
+    """A NaN that an update put in the weights (not born in this forward): no replay, and
+    LK205 says that the weights were already non-finite at the step whose loss was NaN."""
     torch.manual_seed(0)
     model = Poisoned()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -207,6 +208,10 @@ def test_parameters_already_nan_are_not_blamed_on_a_replayed_op():
             opt.step()
     assert watch.recorder.replay.replays == 0
     assert watch.recorder.replay.skipped == "the parameters were already non-finite at step 5"
+    assert not [f for f in watch.report.findings if f.code == "LK107"]   # no reader of the weights blamed
+    (diverging,) = [f for f in watch.report.findings if f.code == "LK205"]
+    assert diverging.step == 5 and diverging.evidence["weights_nonfinite_at"] == 5
+    assert "weights were already non-finite when step 5's forward ran" in diverging.message
     assert no_leaky_left() == []
 
 
