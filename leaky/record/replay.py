@@ -43,6 +43,7 @@ class RootCall(NamedTuple):
     kwargs: dict
     cpu_state: Tensor | None                          # None: the root draws no random numbers
     cuda_state: tuple[torch.device, Tensor] | None   # the inputs' CUDA device and its generator's state
+    autocast: tuple = ()                              # (device type, dtype) of each autocast on at the call
 
 
 class ForwardReplay:
@@ -97,9 +98,9 @@ class ForwardReplay:
         3 µs a call in place: taken only for the roots seen drawing random numbers."""
         if self.armed and torch.is_grad_enabled():
             if id(module) in self.random:
-                call = RootCall(module, args, kwargs, torch.get_rng_state(), _cuda_state(args))
+                call = RootCall(module, args, kwargs, torch.get_rng_state(), _cuda_state(args), _autocast())
             else:
-                call = RootCall(module, args, kwargs, None, None)
+                call = RootCall(module, args, kwargs, None, None, _autocast())
             self.calls.append(call)
         return None   # the call's inputs are left as they are
 
@@ -188,6 +189,8 @@ def _replay_one(call: RootCall, observed: Callable[[], Any]) -> None:
             torch.set_rng_state(call.cpu_state)
         if call.cuda_state is not None:
             torch.cuda.set_rng_state(call.cuda_state[1], call.cuda_state[0])
+        for device_type, dtype in call.autocast:   # the replay runs at backward(), outside the script's autocast
+            stack.enter_context(torch.autocast(device_type, dtype=dtype))
         for context in (untouched(call.module), buffers_kept(call.module), torch.enable_grad(), observed()):
             stack.enter_context(context)
         call.module(*call.args, **call.kwargs)
@@ -216,6 +219,17 @@ def _parameters_finite(roots: list[nn.Module]) -> bool:
             return True
         norms = torch._foreach_norm([p.detach() for p in params])
         return bool(torch.isfinite(torch.stack([n.float() for n in norms])).all())
+
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
+def _autocast() -> tuple:
+    """(device type, dtype) of each autocast region the call runs in: one C call (0.3 µs)
+    when there is none."""
+    if not _any_autocast():
+        return ()
+    return tuple((kind, torch.get_autocast_dtype(kind)) for kind in ("cpu", "cuda") if torch.is_autocast_enabled(kind))
 
 
 def _cuda_state(args: tuple) -> tuple[torch.device, Tensor] | None:

@@ -274,3 +274,26 @@ def test_two_models_in_turn_the_one_whose_forward_made_the_nan_is_named(poisoned
     assert finding.step == 200 and watch.recorder.replay.replays == 1
     assert (finding.op, finding.module) == (("log", "body") if poisoned == "body" else ("sqrt", "head"))
     assert no_leaky_left() == [] and not body._forward_pre_hooks and not head._forward_pre_hooks
+
+
+def test_the_replay_runs_under_the_autocast_the_step_ran_under():
+    """A forward under torch.autocast (bfloat16 on the CPU) replays under it too, though the
+    replay runs at backward(), outside the script's autocast block: the same values."""
+    SEEN.clear()
+    torch.manual_seed(0)
+    model = Poisoned()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(1)
+    with leaky.watch(every=1000) as watch:
+        for step in range(6):
+            x = torch.rand(16, 8, generator=gen)
+            if step == 4:
+                x[3, 0] = -100.0
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(x)
+            loss = F.cross_entropy(out.float(), torch.randint(0, 3, (16,), generator=gen))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert len(SEEN) == 2 and SEEN[0] == SEEN[1]
+    assert_named_at_log(lk107(watch), 4)
