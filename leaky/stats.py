@@ -396,6 +396,9 @@ class AuditStats:
     # weights outside every optimizer held exactly a trained weight's values (a target network or an
     # EMA teacher copied from the model): its targets will move, though no sync was seen yet
     target_copied: bool = False
+    # a watch's unsampled step whose loss was NaN/Inf while the model's weights already were
+    # (record/replay.py): its forward did not make the NaN, an earlier backward or update did
+    weights_nonfinite_at: int | None = None
     compiled_modules: frozenset = frozenset()   # modules inside torch.compile'd code: their ops are not observed
     module_table: tuple[ModuleRow, ...] = ()    # per module that ran backward, from the loss end to the input
     batch_mixing: tuple[BatchMixingStats, ...] = ()   # LK306: per root model probed

@@ -34,15 +34,28 @@ def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> li
         _judge(stats, objective, config, found), stats, objective, found, "high", config))
 
 
+def _weights_first(stats: AuditStats, curve) -> str:
+    """What a watch saw at an unsampled step whose loss was NaN/Inf (record/replay.py): the
+    weights were already non-finite, so that step's forward only read the NaN."""
+    at = stats.weights_nonfinite_at
+    if at is None or at != curve.nonfinite_step:
+        return ""
+    return (f" The weights were already non-finite when step {at}'s forward ran: the NaN came from an earlier "
+            "backward or update, not from that forward.")
+
+
 def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: list[Finding]) -> Finding | None:
     curve = curve_of(objective.rows, config.loss_min_steps)
     if curve is None:
         return None
     of = whose(stats, objective)
     if curve.nonfinite_step is not None:
-        message = f"the loss{of} became non-finite at step {curve.nonfinite_step}.{cause_text(found)}"
-        return _finding(Severity.ERROR, message, found, curve.nonfinite_step,
-                        {"nonfinite_step": curve.nonfinite_step, "optimizer": objective.optimizer})
+        message = f"the loss{of} became non-finite at step {curve.nonfinite_step}.{_weights_first(stats, curve)}" \
+                  f"{cause_text(found)}"
+        evidence = {"nonfinite_step": curve.nonfinite_step, "optimizer": objective.optimizer}
+        if stats.weights_nonfinite_at is not None:
+            evidence["weights_nonfinite_at"] = stats.weights_nonfinite_at
+        return _finding(Severity.ERROR, message, found, curve.nonfinite_step, evidence)
     if objective.competing or curve.steps < config.loss_min_steps or not math.isfinite(curve.start):
         return None
     summed = objective.per_term()

@@ -86,6 +86,7 @@ class Assembly:
             unstepped_optimizers=unstepped_optimizers(self.origins, run.optimizers, orphans) if orphans else (),
             casts=cast_stats_of(self.origins), idle_source=_source(run.idle_at if idle else None),
             coupled_optimizers=run.coupled_pairs, target_syncs=run.target_syncs, target_copied=run.target_copied,
+            weights_nonfinite_at=run.weights_nonfinite_at,
             compiled_modules=frozenset(name(key) for key in run.compiled_module_keys),
             module_table=module_table(ops, activations, params, recurrences, types),
             batch_mixing=tuple(self._batch_mixing(run.batch_records)),

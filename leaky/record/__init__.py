@@ -26,7 +26,8 @@ The built-in instruments, one file each
   loss), `provenance.py` (where data was made), `origins.py` (the lines that built
   optimizers, schedulers, parameters), `objectives.py` (rival optimizers, moving targets),
   `functions.py` + `gradcheck.py` (custom autograd Functions, checked once), `batch_mixing.py`
-  (LK306's batch mixing), `compiled.py` (torch.compile), `warning_source.py` (torch's
+  (LK306's batch mixing), `replay.py` (a watch's unsampled step run again under the op
+  mode when its loss is not finite, to name the forward NaN's op), `compiled.py` (torch.compile), `warning_source.py` (torch's
   warnings point at the user's line), `feedback.py` (square weights a recurrence reuses),
   `bypass.py` (composites around a saturating op), `cuts.py` (where the gradient path is
   cut, and in-place inits), `leaves.py` (leaves the script builds), `cut_paths.py` (what

@@ -54,7 +54,9 @@ class ModuleTracker:
         self._pre_hook = outside_graphs(self._pre)
         self._post_hook = outside_graphs(self._post)
         self.on_root_return = None   # (module, args, kwargs, output) after a root's forward (LK306's probe)
-        self.on_root_call = None     # (module) before a root's forward, hooks on (a watch's budget times the first step)
+        # (module, args) before a root's forward, hooks on: a watch's replay (record/replay.py)
+        # and its budget's clock for the first step (record/budget.py)
+        self.on_root_call = None
         # modules that hold a root but never ran themselves (an agent whose methods run
         # self.critic(x)): the variable naming each, for the parameters they own directly
         self._holders: dict[int, tuple[str, weakref.ref]] = {}
@@ -156,6 +158,10 @@ class ModuleTracker:
             cached = self._root_params[root] = any(True for _ in self.infos[root].module.parameters())
         return cached
 
+    def trained_roots(self) -> list[nn.Module]:
+        """The root modules that own parameters (a model, not a loss module), in the order met."""
+        return [self.infos[root].module for root in self.root_labels if self._has_params(root)]
+
     def holder_parameters(self):
         """(the variable naming the holder, the parameter's path in it, parameter) for the
         parameters of the modules that hold a root without running (`agent`, `actor_logstd`
@@ -192,7 +198,7 @@ class ModuleTracker:
 
     def _pre(self, module: nn.Module, args) -> None:
         if not self._stack and self.on_root_call is not None:
-            self.on_root_call(module)
+            self.on_root_call(module, args)
         self._stack.append(self.key_of(module))
 
     def _post(self, module: nn.Module, args, kwargs, output) -> None:

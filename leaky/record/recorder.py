@@ -38,6 +38,7 @@ from leaky.record.opmode import OpMode
 from leaky.record.origins import OriginRecords
 from leaky.record.params import ParamTable
 from leaky.record.provenance import Provenance
+from leaky.record.replay import ForwardReplay
 from leaky.record.run_record import RunRecord, snapshot
 from leaky.record.sites import DetailContext, SiteTable, SourceLocator, call_detail, scores_site
 from leaky.record.step_record import StepBuffer
@@ -102,6 +103,7 @@ class Recorder(StepTracking):
         self.last_optimizer: torch.optim.Optimizer | None = None
         self.warning_source = WarningSource()   # torch's warnings point at the user's line, not leaky's
         self.modules = ModuleTracker()
+        self.replay = ForwardReplay()   # a forward NaN of an unsampled step, named by a replay
         self.sites = SiteTable()
         self.locator = SourceLocator()
         self.origins = OriginRecords(self.locator, outside_graphs(self.guarded), self._note_zero_grad, self._mode_paused)
@@ -119,11 +121,11 @@ class Recorder(StepTracking):
         self.taps = ForwardTaps(("leaky", id(self)), self.provenance.origin_of)
         self.functions = CustomFunctions(self)
         self.batch = BatchMixing(self.left_out, self.modules.key_of, self.locator.locate)
-        if self.schedule is not None:
-            self.modules.on_root_call = self._root_called
+        if config.batch_probe or sample_every is not None:   # LK306's probe; a watch's replay
+            self.modules.on_root_return = outside_graphs(self._root_returned)
+        if self.schedule is not None:   # a watch: its replay's roots (record/replay.py), its budget's clock
+            self.modules.on_root_call = outside_graphs(self._root_called)
             self.origins.own, self.origins.clock = self.schedule.own, self.schedule.clock
-        if config.batch_probe:   # an audit and a watch alike: a model's first sampled call (_probe_batch)
-            self.modules.on_root_return = outside_graphs(self._probe_batch)
         self.compiled = CompiledCalls(self)
         self.cut_records = CutRecords(self)   # cuts of the gradient path, in-place initialisations
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self.cut_records.leaf_reached)
@@ -157,7 +159,7 @@ class Recorder(StepTracking):
         """Enter every instrument, the added ones (record/instruments/) after the recorder's
         own; should one fail to enter, those already entered are left again."""
         with ExitStack() as stack:
-            for part in (self.warning_source, self.modules, self.origins):
+            for part in (self.warning_source, self.modules, self.replay, self.origins):
                 stack.enter_context(part)
             self._hook_steps()
             stack.callback(self._unhook_steps)
@@ -282,6 +284,25 @@ class Recorder(StepTracking):
                 self.modules.attach()
             if mode_was_on and not self._mode_on:
                 self._resume_mode()
+
+    def _root_called(self, module, args) -> None:
+        """A root's forward begins on a sampled step (a watch): the replay notes whether it
+        draws random numbers (record/replay.py); a training forward (grad on, the module in
+        training mode) starts the first step's clock (record/budget.py). An evaluation before
+        the first step (nanoGPT's at iteration 0, under no_grad) does not."""
+        if self.observing and self.error is None:
+            self.guarded(self.replay.root_called, module, args)
+        if module.training and torch.is_grad_enabled():
+            self.schedule.started()
+
+    def _root_returned(self, module, args, kwargs, output) -> None:
+        """A root's forward returned on an observed step: whether it drew random numbers (a
+        watch's replay), then LK306's batch probe (an audit and a watch alike: a model's
+        first sampled call)."""
+        if self.sample_every is not None and self.observing and self.error is None:
+            self.guarded(self.replay.root_returned, module)
+        if self.config.batch_probe:
+            self._probe_batch(module, args, kwargs, output)
 
     def _probe_batch(self, module, args, kwargs, output) -> None:
         if self.observing and self.error is None and not self.compiled.running:
@@ -458,13 +479,6 @@ class Recorder(StepTracking):
         """A loss call raised (BCE on values outside [0, 1], say): keep what it was given."""
         site = self.sites.intern(op, "<raised>", self.modules.current, self.locator.locate(), -1)
         self.taps.loss_failed(op, site, args, kwargs, exc)
-
-    def _root_called(self, module) -> None:
-        """A root module's forward begins on a sampled step: a training forward (grad on, the
-        module in training mode) starts the first step's clock (record/budget.py). An
-        evaluation before the first step (nanoGPT's at iteration 0, under no_grad) does not."""
-        if module.training and torch.is_grad_enabled():
-            self.schedule.started()
 
     def site_of(self, node) -> int | None:
         """The site an autograd node was recorded at (None: not one of this run's)."""

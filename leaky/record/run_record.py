@@ -80,6 +80,7 @@ class RunRecord:
     origins: Any                         # OriginRecords
     taps: Any                            # ForwardTaps
     loss_ranks: tuple = (1, 0, 0)        # (ranks, steps whose loss is their mean, steps of this rank's alone)
+    weights_nonfinite_at: int | None = None   # an unsampled step whose loss was NaN/Inf with the weights already so
     parts: Mapping[str, Any] = field(default_factory=dict)   # added instrument's name -> its part (record/instruments/)
 
 
@@ -100,7 +101,7 @@ def snapshot(rec: "Observed") -> RunRecord:
         batch_records=tuple(rec.batch.records), bypasses=MappingProxyType(dict(rec.bypass.found)),
         function_checks=MappingProxyType(dict(rec.functions.checks)), sites=tuple(rec.sites.sites),
         modules=_modules(rec.modules), params=_params(rec.params), origins=rec.origins, taps=rec.taps,
-        loss_ranks=rec.monitor.ranks,
+        loss_ranks=rec.monitor.ranks, weights_nonfinite_at=rec.replay.weights_nonfinite_at,
         parts=MappingProxyType({name: part.part() for name, part in rec.added.items()}))
 
 

@@ -16,6 +16,7 @@ from leaky.process import distributed
 from leaky.record.activations import count_held, settle_units
 from leaky.record.clipping import note_clipping
 from leaky.record.loss_path import loss_path_sites
+from leaky.record.replay import nonfinite_without_sync
 from leaky.record.step_record import ParamNorms, UpdateNorms
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
@@ -56,6 +57,8 @@ class StepTracking:
     def _note_backward(self, tensor) -> None:
         if isinstance(tensor, Tensor) and tensor.requires_grad and tensor.grad_fn is None and self.observing:
             self.cut_records.note_leaf_loss(tensor)
+        if self.replay.calls:   # a watch's unsampled step (record/replay.py)
+            self._replay_if_nonfinite(tensor)
         if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
             loss = self._unscaled(tensor)
             self.monitor.note_loss(loss)
@@ -88,6 +91,59 @@ class StepTracking:
         self._zeroed_since_backward.clear()
         self.backward_calls += 1
         self._calls_since_step += 1
+
+    def _replay_if_nonfinite(self, tensor) -> None:
+        """An unsampled step's backward: if its loss is not finite and no sampled step has
+        seen a forward NaN yet, run the step's root calls again under the op mode, so that
+        the first non-finite op is named at this step (record/replay.py). The kept calls are
+        let go either way.
+
+        NOTE: not with several ranks: a replay is one rank's, and its record would be
+        folded on that rank alone, out of step with the exchange of sampled steps."""
+        try:
+            if (isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point()
+                    and not self._bad_seen and nonfinite_without_sync(self._unscaled(tensor))
+                    and not distributed.running()):
+                self._replay_forward()
+        finally:
+            self.replay.calls.clear()
+
+    def _replay_forward(self) -> None:
+        """The replay, with leaky's global module hooks and LK306's probe out of its way:
+        the hooks are put on again inside it (after `untouched` has hidden the user's)."""
+        was_attached = self.modules.attached
+        self.modules.detach()
+        callbacks = self.modules.on_root_call, self.modules.on_root_return
+        self.modules.on_root_call = self.modules.on_root_return = None
+        try:
+            self.replay.run(self._observed_replay, self.step)
+        finally:
+            self.modules.on_root_call, self.modules.on_root_return = callbacks
+            if was_attached:
+                self.modules.attach()
+
+    @contextmanager
+    def _observed_replay(self):
+        """One replayed call observed as a sampled step's forward is, and its forward flags
+        folded as this step's record (a record with no backward and no parameter norms)."""
+        self.modules.attach()
+        self.observing = True
+        self._resume_mode()
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            self.observing = False
+            self._suspend_mode()
+            self.modules.detach()
+            self.grads.remove_all()   # the hooks on the replay's nodes and on the parameters
+            self.grads.forget_handles()
+            host = self.buffer.flush()
+        if done:
+            self._note_clean_sites(host)
+            settle_units(self.units.values())
+            self.builder.add_step(self.step, host)
 
     def _unscaled(self, loss: Tensor) -> Tensor:
         """The loss itself when backward() is called on scaler.scale(loss) = loss * S."""
@@ -284,6 +340,8 @@ class StepTracking:
             self.grads.pause()
             if self.sample_every is not None and self.active:
                 self.modules.pause()   # a watch's unsampled step: nothing reads the running module
+        if self.sample_every is not None:   # a watch: its unsampled steps keep their root calls
+            self.replay.arm(not on and self.active and self.error is None, self.modules)
 
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:
