@@ -159,7 +159,7 @@ def table(rows: list[dict], args) -> str:
     how = f"every {args.every}" if args.every else "budget 2%"
     old = getattr(args, "before", None)
     lines = [f"| model | plain ms/step | watch ({how}) / plain, {args.steps} steps | A/A | watch says it added | "
-             "sampled steps | plain step, sampled extra (watch's figures) | norm every | exit ms (once) |"
+             "sampled steps | plain step, sampled extra, monitor (watch's figures) | norm every | exit ms (once) |"
              + (" before: its default watch / plain |" if old else ""),
              "|---|---:|---:|---:|---:|---:|---|---:|---:|" + ("---:|" if old else "")]
     for r in rows:
@@ -168,7 +168,8 @@ def table(rows: list[dict], args) -> str:
         lines.append(
             f"| {r['model']} | {r['plain_ms']:.2f} | {r['ratio']:.3f}x ({', '.join(f'{x:.3f}' for x in r['ratios'])}) | "
             f"{r['control']:.3f} | {_pct(s.get('measured'))} | {s['sampled_steps']} | "
-            f"{s.get('plain_step_ms')} ms, +{s.get('sampled_extra_ms')} ms (first +{s.get('first_step_extra_ms')}) | "
+            f"{s.get('plain_step_ms')} ms, +{s.get('sampled_extra_ms')} ms (first +{s.get('first_step_extra_ms')}), "
+            f"+{s.get('monitor_ms')} ms | "
             f"{s.get('norm_every')} | {r['exit_ms']:.0f} |" + tail)
     return "\n".join(lines)
 
