@@ -68,8 +68,9 @@ class StopObserving(BaseException):
 
 
 class Recorder(StepTracking):
-    """Records a run. `sample_every=None` observes every step in detail (an audit); an
-    integer N observes every N-th step in detail and only the cheap monitor otherwise."""
+    """Records a run. `sample_every=None` is an audit: its first steps in detail, then one in
+    config.steady_every (AuditConfig); an integer N (a watch) observes every N-th step in
+    detail and only the cheap monitor otherwise."""
 
     def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
@@ -85,6 +86,13 @@ class Recorder(StepTracking):
         self.on_series = on_series
         self.sample_every = sample_every
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
+        # NOTE: an audit (no sampling asked for) measures its first config.full_steps steps in
+        # full, then one steady step in config.steady_every; the others are light, as a watch's
+        # unsampled step. Its step limit counts the steps run, light ones too (a watch's, the
+        # sampled ones).
+        self.audits = sample_every is None
+        if self.audits and config.steady_every is not None:
+            self.sample_every, self.dense_steps = config.steady_every, config.full_steps
         self.monitor = StepMonitor()
         self.updates = UpdateMeter()
         self.coupling = CouplingMeter()   # whose loss reaches whose parameters (adversarial games)
