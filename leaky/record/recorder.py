@@ -84,15 +84,15 @@ class Recorder(StepTracking):
         self.on_limit = on_limit
         self.on_step = on_step
         self.on_series = on_series
-        self.sample_every = sample_every
+        self._sample_every = sample_every
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
-        # NOTE: an audit (no sampling asked for) measures its first config.full_steps steps in
-        # full, then one steady step in config.steady_every; the others are light, as a watch's
-        # unsampled step. Its step limit counts the steps run, light ones too (a watch's, the
-        # sampled ones).
+        # NOTE: an audit (no sampling asked for) with config.steady_every set measures its first
+        # config.full_steps steps in full, then one steady step in steady_every; the others are
+        # light, as a watch's unsampled step. Its step limit counts the steps run, light ones
+        # too (a watch's, the sampled ones).
         self.audits = sample_every is None
         if self.audits and config.steady_every is not None:
-            self.sample_every, self.dense_steps = config.steady_every, config.full_steps
+            self._sample_every, self.dense_steps = config.steady_every, config.full_steps
         self.monitor = StepMonitor()
         self.updates = UpdateMeter()
         self.coupling = CouplingMeter()   # whose loss reaches whose parameters (adversarial games)
@@ -149,6 +149,18 @@ class Recorder(StepTracking):
         self._exits = ExitStack()                # what __exit__ leaves: every instrument entered
         self.added = instruments.made(self)      # the instruments registered in record/instruments/
         self.step_enders = [part.end_step for part in self.added.values() if hasattr(part, "end_step")]
+
+    @property
+    def sample_every(self) -> int | None:
+        """Every how many steps one is observed in detail; None: every step.
+
+        NOTE: an audit of a torch.compile'd model measures every step in full: Dynamo guards
+        on the torch-function mode, so a light step (the mode off) and a full one would each
+        run their own compiled graph, and leaky's view of the compiled code would change
+        between them."""
+        if self.audits and self.compiled.names:
+            return None
+        return self._sample_every
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
