@@ -68,9 +68,9 @@ class StopObserving(BaseException):
 
 
 class Recorder(StepTracking):
-    """Records a run. `sample_every=None` is an audit: its first steps in detail, then one in
-    config.steady_every (AuditConfig); an integer N (a watch) observes every N-th step in
-    detail and only the cheap monitor otherwise."""
+    """Records a run. `sample_every=None` is an audit: every step in detail, or, with
+    config.steady_every set, its first steps and then one in steady_every (AuditConfig); an
+    integer N (a watch) observes every N-th step in detail and only the cheap monitor otherwise."""
 
     def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
@@ -88,8 +88,8 @@ class Recorder(StepTracking):
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
         # NOTE: an audit (no sampling asked for) with config.steady_every set measures its first
         # config.full_steps steps in full, then one steady step in steady_every; the others are
-        # light, as a watch's unsampled step. Its step limit counts the steps run, light ones
-        # too (a watch's, the sampled ones).
+        # light, as a watch's unsampled step. Its step limit then counts the steps run, light
+        # ones too (otherwise, and a watch's, the steps observed in detail).
         self.audits = sample_every is None
         if self.audits and config.steady_every is not None:
             self._sample_every, self.dense_steps = config.steady_every, config.full_steps

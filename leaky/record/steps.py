@@ -298,7 +298,7 @@ class StepTracking:
         if self.on_step is not None:
             self.on_step(self)
         limit = self.config.steps
-        if limit is not None and (self.step if self.audits else self.builder.steps) >= limit:
+        if limit is not None and (self.step if self.audits and self.sample_every else self.builder.steps) >= limit:
             self._sample(False)
             self.active = False
             if self.on_limit is not None:
