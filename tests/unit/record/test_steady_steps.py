@@ -31,7 +31,8 @@ def test_full_steps_is_what_the_checks_of_consecutive_steps_need():
     assert AuditConfig(dead_window_steps=7).full_steps == 7
 
 
-def test_by_default_every_step_is_measured():
+def test_by_default_every_step_is_measured(monkeypatch):
+    monkeypatch.delenv("LEAKY_STEADY_EVERY", raising=False)
     with leaky.audit(steps=12) as run:
         _train(12)
     assert run.stats.steps == 12 and tuple(run.stats.sample_steps) == tuple(range(12))
