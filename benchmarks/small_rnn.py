@@ -10,7 +10,8 @@ random lowercase words (no download), builds its RNN or GRU at its defaults (n_e
 n_embd2 64, batch 32, AdamW) and times steps (forward, zero_grad, backward, AdamW step):
 plain, inside one `leaky.audit(steps=None)` held open (after 5 steps in it), then plain
 again. The ratio is the audited step's median over the plain step's, the lower of the two
-plain medians; with --pairs N, N such measurements in a row.
+plain medians; the mean ratio, their means (with AuditConfig.steady_every the median
+audited step is a light one); with --pairs N, N such measurements in a row.
 
 Run it with one thread on an idle core (taskset -c 1 ...).
 """
@@ -25,6 +26,7 @@ import time
 import torch
 
 import leaky
+from leaky.config import AuditConfig
 
 
 def names_file(folder: str, count: int = 32000, seed: int = 0) -> str:
@@ -36,7 +38,7 @@ def names_file(folder: str, count: int = 32000, seed: int = 0) -> str:
     return path
 
 
-def measure(mm, path: str, kind: str, steps: int) -> tuple[float, float]:
+def measure(mm, path: str, kind: str, steps: int, run_steps: int = 0) -> tuple[float, float, float, float]:
     torch.manual_seed(0)
     train, _ = mm.create_datasets(path)
     config = mm.ModelConfig(vocab_size=train.get_vocab_size(), block_size=train.get_output_length(),
@@ -59,12 +61,24 @@ def measure(mm, path: str, kind: str, steps: int) -> tuple[float, float]:
         return times
 
     timed(5)
-    before = statistics.median(timed(steps))
+    before = timed(steps)
     with leaky.audit(steps=None):
         timed(5)
-        audited = statistics.median(timed(steps))
-    after = statistics.median(timed(steps))
-    return min(before, after), audited
+        audited = timed(steps)
+    after = timed(steps)
+    if run_steps:   # a whole default audit: entered, run_steps steps, left (its report built)
+        plain = sum(timed(run_steps))
+        start = time.perf_counter()
+        with leaky.audit(steps=run_steps) as run:
+            timed(run_steps)
+        run.report
+        whole = time.perf_counter() - start
+        plain = min(plain, sum(timed(run_steps)))
+        return plain, whole, plain, whole
+    # NOTE: the mean too: with AuditConfig.steady_every most audited steps are light, and
+    # the median step is a light one; the mean charges the measured steps their share
+    plain = min(before, after, key=statistics.median)
+    return statistics.median(plain), statistics.median(audited), statistics.mean(plain), statistics.mean(audited)
 
 
 def main(argv=None) -> int:
@@ -73,6 +87,9 @@ def main(argv=None) -> int:
     p.add_argument("--makemore", required=True, help="folder of a karpathy/makemore checkout (holds makemore.py)")
     p.add_argument("--steps", type=int, default=40, help="timed steps per block (default 40)")
     p.add_argument("--pairs", type=int, default=1, help="measurements per model (default 1)")
+    p.add_argument("--audit-run", action="store_true",
+                   help="also time a whole default audit (AuditConfig.steps steps, its exit and report) "
+                        "against as many plain steps, after the held measurement")
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.makemore, "makemore.py")):
         p.error(f"no makemore.py in {args.makemore}")
@@ -80,14 +97,19 @@ def main(argv=None) -> int:
     import makemore as mm
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, leaky {leaky.__version__}, 1 thread, median of {args.steps} steps")
-    print("| model | plain ms | audited ms | ratio |")
-    print("|---|---:|---:|---:|")
+    print("| model | plain ms | audited ms | ratio | mean ratio |")
+    print("|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as folder:
         path = names_file(folder)
         for kind in args.kinds:
             for _ in range(args.pairs):
-                plain, audited = measure(mm, path, kind, args.steps)
-                print(f"| {kind} | {1e3 * plain:.2f} | {1e3 * audited:.2f} | {audited / plain:.2f}x |")
+                plain, audited, plain_mean, audited_mean = measure(mm, path, kind, args.steps)
+                print(f"| {kind} | {1e3 * plain:.2f} | {1e3 * audited:.2f} | {audited / plain:.2f}x "
+                      f"| {audited_mean / plain_mean:.2f}x |")
+                if args.audit_run:
+                    plain, whole, _, _ = measure(mm, path, kind, args.steps, AuditConfig().steps)
+                    print(f"| {kind}, a {AuditConfig().steps}-step audit (ms in all) | {1e3 * plain:.1f} "
+                          f"| {1e3 * whole:.1f} | {whole / plain:.2f}x | |")
     return 0
 
 

@@ -9,10 +9,27 @@ import os
 from dataclasses import dataclass, field
 
 
+def _env_steps(name: str) -> int | None:
+    """A positive whole number of steps from the environment, else None."""
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 @dataclass(frozen=True)
 class AuditConfig:
     # Optimizer steps to observe (backward calls when no optimizer is used). None: all.
     steps: int | None = 20
+    # An audit measures its first steps in full (every site planned and measured, the one-time
+    # probes run: see full_steps). After them a steady step is measured in full once every
+    # steady_every steps; the steps between are light, as a watch's unsampled step: the loss, the
+    # total gradient norm and the learning rate (the every-step series) and nothing per op.
+    # Statistics per op and per unit are then taken on the measured steps only, and every
+    # share divides by the steps, samples or elements that measured it. With 4 the steady steps
+    # of a small RNN, whose full step is ~4.5x a plain one, cost ~2x on average. None (the
+    # default; LEAKY_STEADY_EVERY=N sets it): every step in full. Not the default, because a
+    # light step loses what only a watch of every op sees: the exact step a unit died, a unit
+    # judged over the last steps its layer ran (docs/performance.md, issue 34).
+    steady_every: int | None = field(default_factory=lambda: _env_steps("LEAKY_STEADY_EVERY"))
     # A unit-sample is "flat" when its local derivative is below this share of the
     # nonlinearity's maximum (sigmoid max 1/4, tanh max 1): |z| >~ 6 for sigmoid, 3 for tanh.
     flat_derivative_share: float = 1e-2
@@ -235,3 +252,12 @@ class AuditConfig:
     # Raise leaky's own internal errors instead of warning and observing no further.
     # Off for users (never break their training); the test suite sets LEAKY_STRICT=1.
     strict: bool = field(default_factory=lambda: os.environ.get("LEAKY_STRICT") == "1")
+
+    @property
+    def full_steps(self) -> int:
+        """The first steps an audit measures in full, whatever steady_every says: as many
+        consecutive observed steps as the checks that judge a run of them need (LK102's dead
+        window, LK104's spike history and the spike, LK203's checked steps, LK201's and
+        LK202's least steps)."""
+        return max(self.dead_window_steps, self.spike_min_history + 1, self.accumulation_min_steps,
+                   self.stale_min_steps, self.update_min_steps)

@@ -301,5 +301,28 @@ class Budget(Schedule):
             self.norm_every = min(NORM_MOST, max(1, math.ceil(norm / room)))
 
 
+class ScheduleHost:
+    """A mixin of the Recorder: what record/instruments/ ask of a watch's schedule
+    (InstrumentHost). Reads `self.schedule` (None in an audit), `self.monitor`, `self.step`."""
+
+    def norm_wanted(self) -> bool:
+        """A watch's unsampled step whose monitor's norm is not due."""
+        schedule = self.schedule
+        return schedule is not None and schedule.norm_every > 1 and not schedule.norm_due(self.step)
+
+    def offer_norm(self, norm, max_norm: float, params: int) -> None:
+        """A norm the script computed (record/monitor.py StepMonitor.offer)."""
+        self.monitor.offer(norm, max_norm, params)
+
+    def clock(self) -> float:
+        """The schedule's clock (0.0 in an audit, which has none)."""
+        return self.schedule.clock() if self.schedule is not None else 0.0
+
+    def own_time(self, seconds: float) -> None:
+        """An instrument's time on a watch's every-step path."""
+        if self.schedule is not None:
+            self.schedule.own(seconds)
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1e3, 4)

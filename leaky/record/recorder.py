@@ -22,7 +22,7 @@ from leaky.process.heap import FrozenHeap
 from leaky.record import instruments
 from leaky.record.activations import RATE_GAP, UnitStats, settle_units, unit_dim
 from leaky.record.batch_mixing import BatchMixing
-from leaky.record.budget import Schedule
+from leaky.record.budget import Schedule, ScheduleHost
 from leaky.record.bypass import BypassFinder
 from leaky.record.compiled import CompiledCalls
 from leaky.record.cuts import CutRecords
@@ -69,9 +69,10 @@ class StopObserving(BaseException):
     `except Exception` blocks do not swallow it)."""
 
 
-class Recorder(StepTracking):
-    """Records a run. `sample_every=None` observes every step in detail (an audit); an
-    integer N observes every N-th step in detail and only the cheap monitor otherwise."""
+class Recorder(StepTracking, ScheduleHost):
+    """Records a run. `sample_every=None` is an audit: every step in detail, or, with
+    config.steady_every set, its first steps and then one in steady_every (AuditConfig); an
+    integer N (a watch) observes every N-th step in detail and only the cheap monitor otherwise."""
 
     def __init__(self, config: AuditConfig, make_sink: Callable, on_limit: Callable[[], None] | None = None,
                  on_step: Callable[["Recorder"], None] | None = None, sample_every: int | None = None,
@@ -86,11 +87,18 @@ class Recorder(StepTracking):
         self.on_limit = on_limit
         self.on_step = on_step
         self.on_series = on_series
-        self.sample_every = sample_every
-        if schedule is None and sample_every is not None:
-            schedule = Schedule(sample_every)
-        self.schedule = schedule
+        self._sample_every = sample_every
         self.dense_steps = 0        # with sampling: the first steps are all observed in detail
+        # NOTE: an audit (no sampling asked for) with config.steady_every set measures its first
+        # config.full_steps steps in full, then one steady step in steady_every; the others are
+        # light, as a watch's unsampled step. Its step limit then counts the steps run, light
+        # ones too (otherwise, and a watch's, the steps observed in detail).
+        self.audits = sample_every is None
+        if self.audits and config.steady_every is not None:
+            self._sample_every, self.dense_steps = config.steady_every, config.full_steps
+        if schedule is None and self._sample_every is not None:
+            schedule = Schedule(self._sample_every)   # a watch's --every, an audit's steady_every
+        self.schedule = schedule
         self.monitor = StepMonitor()
         if schedule is not None:
             self.monitor.clock = schedule.clock
@@ -154,6 +162,18 @@ class Recorder(StepTracking):
         self._exits = ExitStack()                # what __exit__ leaves: every instrument entered
         self.added = instruments.made(self)      # the instruments registered in record/instruments/
         self.step_enders = [part.end_step for part in self.added.values() if hasattr(part, "end_step")]
+
+    @property
+    def sample_every(self) -> int | None:
+        """Every how many steps one is observed in detail; None: every step.
+
+        NOTE: an audit of a torch.compile'd model measures every step in full: Dynamo guards
+        on the torch-function mode, so a light step (the mode off) and a full one would each
+        run their own compiled graph, and leaky's view of the compiled code would change
+        between them."""
+        if self.audits and self.compiled.names:
+            return None
+        return self._sample_every
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -221,24 +241,6 @@ class Recorder(StepTracking):
         """The script tears its process group down: reduce the series' pending steps now."""
         if self.error is None:
             self.guarded(self.flush_series)
-
-    def norm_wanted(self) -> bool:
-        """InstrumentHost: a watch's unsampled step whose monitor's norm is not due."""
-        schedule = self.schedule
-        return schedule is not None and schedule.norm_every > 1 and not schedule.norm_due(self.step)
-
-    def offer_norm(self, norm, max_norm: float, params: int) -> None:
-        """InstrumentHost: a norm the script computed (record/monitor.py StepMonitor.offer)."""
-        self.monitor.offer(norm, max_norm, params)
-
-    def clock(self) -> float:
-        """InstrumentHost: the budget's clock (0.0 in an audit, which has none)."""
-        return self.schedule.clock() if self.schedule is not None else 0.0
-
-    def own_time(self, seconds: float) -> None:
-        """InstrumentHost: an instrument's time on a watch's every-step path."""
-        if self.schedule is not None:
-            self.schedule.own(seconds)
 
     def across_ranks(self, provide, receive) -> None:
         """An instrument's values summed over the ranks at each flush of the series (InstrumentHost)."""

@@ -346,7 +346,9 @@ class StepTracking:
     def _end_step(self) -> None:
         if not self.backward_calls and not self.buffer.records:
             return   # an optimizer step with no backward seen: nothing to fold
-        schedule = self.schedule
+        # NOTE: an audit with light steady steps has a schedule, but a compiled model's audit
+        # measures every step (Recorder.sample_every)
+        schedule = self.schedule if self.sample_every is not None else None
         if schedule is None:
             if self._end_step_now():
                 self._sample(True)   # an audit observes every step
@@ -398,7 +400,7 @@ class StepTracking:
         if self.on_step is not None:
             self.on_step(self)
         limit = self.config.steps
-        if limit is not None and self.builder.steps >= limit:
+        if limit is not None and (self.step if self.audits and self.sample_every else self.builder.steps) >= limit:
             self._sample(False)
             self.active = False
             if self.on_limit is not None:
