@@ -143,6 +143,10 @@ class Schedule:
         steps, one per optimizer that steps in turn)."""
         return step % self.every < round_steps
 
+    def new_optimizer(self) -> None:
+        """An optimizer stepped for the first time on an unsampled step (a fixed interval
+        samples it at its next round anyway)."""
+
     def norm_due(self, step: int) -> bool:
         return self.norm_every == 1 or step % self.norm_every == 0
 
@@ -238,6 +242,14 @@ class Budget(Schedule):
         self._last_sampled = 0   # the step that began the last sampled round
         self.every = None
         self.several_ranks = several_ranks
+
+    def new_optimizer(self) -> None:
+        """An optimizer stepped for the first time on an unsampled step: the next round is
+        sampled whatever the credit. NOTE: a GAN's generator first steps at step 1, after the
+        discriminator's sampled step 0; unseen until the budget paid for another round (none,
+        in a short run), its parameters read as never receiving a gradient (LK108)."""
+        if not self.every:
+            self.next_sample = 0
 
     def sample(self, step: int, round_steps: int = 1) -> bool:
         if self.every:

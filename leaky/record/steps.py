@@ -225,6 +225,8 @@ class StepTracking:
             self.optimizers.append(optimizer)
             self.params.note_optimizer(optimizer, len(self.optimizers) - 1)
             self.guarded(self.moving.before_first_update, self.modules, self.params.opt_params)
+            if not self.observing and self.schedule is not None:
+                self.schedule.new_optimizer()   # its first look: a GAN's generator steps after step 0
         self.guarded(self._note_step_origin, optimizer, self.observing)
         self.saw_optimizer = True
         self.last_optimizer = optimizer

@@ -267,3 +267,29 @@ def test_with_the_norm_on_a_schedule_a_scripts_clip_gives_the_norm_of_the_other_
     if clips:
         assert max(truth) == pytest.approx(0.3, rel=1e-4)   # it did clip
     assert no_leaky_left() == []
+
+
+def test_an_optimizer_first_stepping_on_an_unsampled_step_is_looked_at_in_the_next_round():
+    """A GAN: the discriminator steps at step 0 (sampled), the generator first at step 1. The
+    budget has no credit for a second round in 40 steps, yet the generator's round is
+    observed, and its parameters are not reported as receiving no gradient."""
+    clock = Clock()
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4)), nn.Sequential(nn.Linear(4, 1))
+    opt_g, opt_d = torch.optim.Adam(gen.parameters(), 1e-3), torch.optim.Adam(disc.parameters(), 1e-3)
+    with leaky.Watch(clock=clock) as run:
+        for _ in range(20):
+            real, z = torch.randn(8, 4), torch.randn(8, 4)
+            opt_d.zero_grad()
+            loss_d = F.softplus(-disc(real)).mean() + F.softplus(disc(gen(z).detach())).mean()
+            loss_d.backward()
+            clock.now += 1.0 + (25.0 if run.recorder.observing else 0.0)
+            opt_d.step()
+            opt_g.zero_grad()
+            loss_g = F.softplus(-disc(gen(z))).mean()
+            loss_g.backward()
+            clock.now += 1.0 + (25.0 if run.recorder.observing else 0.0)
+            opt_g.step()
+    sampled = list(run.recorder.builder.sample_steps)
+    assert sampled[0] == 0 and len(sampled) <= 3 and any(step % 2 == 1 for step in sampled), sampled
+    assert not run.report.by_code("LK108"), [f.message for f in run.report.by_code("LK108")]
