@@ -193,10 +193,7 @@ def test_a_failing_replay_does_not_stop_training(monkeypatch):
 def test_parameters_already_nan_are_not_blamed_on_a_replayed_op():
     """A NaN that an update put in the weights (not born in this forward): no replay, and
     LK205 says that the weights were already non-finite at the step whose loss was NaN."""
-    torch.manual_seed(0)
-    model = Poisoned()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(1)
+    model, opt, gen = _poisoned()
     with leaky.watch(every=1000) as watch:
         for step in range(8):
             x = torch.rand(16, 8, generator=gen)
@@ -280,10 +277,7 @@ def test_the_replay_runs_under_the_autocast_the_step_ran_under():
     """A forward under torch.autocast (bfloat16 on the CPU) replays under it too, though the
     replay runs at backward(), outside the script's autocast block: the same values."""
     SEEN.clear()
-    torch.manual_seed(0)
-    model = Poisoned()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(1)
+    model, opt, gen = _poisoned()
     with leaky.watch(every=1000) as watch:
         for step in range(6):
             x = torch.rand(16, 8, generator=gen)
@@ -297,3 +291,10 @@ def test_the_replay_runs_under_the_autocast_the_step_ran_under():
             opt.step()
     assert len(SEEN) == 2 and SEEN[0] == SEEN[1]
     assert_named_at_log(lk107(watch), 4)
+
+
+def _poisoned():
+    """The Poisoned model from seed 0, its SGD and the data's generator."""
+    torch.manual_seed(0)
+    model = Poisoned()
+    return model, torch.optim.SGD(model.parameters(), lr=0.05), torch.Generator().manual_seed(1)
