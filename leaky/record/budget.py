@@ -78,6 +78,14 @@ class Schedule:
         """leaky's own time at one of its every-step entry points (backward, optimizer step)."""
         self._own += seconds
 
+    def timed(self, fn: Callable, *args):
+        """fn(*args), its time counted as leaky's own (`own`)."""
+        start = self.clock()
+        try:
+            return fn(*args)
+        finally:
+            self._own += self.clock() - start
+
     def own_norm(self, seconds: float) -> None:
         """The monitor's total gradient norm took `seconds` (counted in `own` too)."""
         self._own_norm += seconds

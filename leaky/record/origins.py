@@ -103,8 +103,7 @@ class OriginRecords:
         self.guard = guard
         self.on_zero_grad = on_zero_grad
         self.quiet = quiet
-        self.own: Callable[[float], None] | None = None   # a watch's budget: leaky's time in a zero_grad's note
-        self.clock: Callable[[], float] | None = None
+        self.timed: Callable | None = None   # a watch's budget: timed(fn, *args) counts a zero_grad's note
         self.optimizers: dict[int, tuple[Any, OptimizerOrigin]] = {}
         self.schedulers: list[SchedulerOrigin] = []
         self.casts: dict[tuple, CastOrigin] = {}
@@ -139,12 +138,10 @@ class OriginRecords:
                     else:
                         with quiet():
                             out = original(obj, *args, **kwargs)
-                    if watch.own is None:
+                    if watch.timed is None:
                         watch.guard(note, obj)
                     else:
-                        start = watch.clock()
-                        watch.guard(note, obj)
-                        watch.own(watch.clock() - start)
+                        watch.timed(watch.guard, note, obj)
                     return out
                 wrapper.__wrapped__ = original
                 wrapper.__doc__ = getattr(original, "__doc__", None)

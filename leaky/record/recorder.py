@@ -133,8 +133,7 @@ class Recorder(StepTracking, ScheduleHost):
             self.modules.on_root_return = outside_graphs(self._root_returned)
         if self.schedule is not None:   # a watch: its replay's roots (record/replay.py), its budget's clock
             self.modules.on_root_call = outside_graphs(self._root_called)
-            self.origins.own, self.origins.clock = self.schedule.own, self.schedule.clock
-            self.replay.own, self.replay.clock = self.schedule.own, self.schedule.clock
+            self.origins.timed = self.replay.timed = self.schedule.timed
         self.compiled = CompiledCalls(self)
         self.cut_records = CutRecords(self)   # cuts of the gradient path, in-place initialisations
         self.leaves = MadeLeaves(lambda t: self.params.opt_params.get(id(t)) is t, self.cut_records.leaf_reached)

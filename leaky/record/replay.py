@@ -61,8 +61,7 @@ class ForwardReplay:
         self._keep_hook = _KeepHook(outside_graphs(self._keep))
         self.random: set[int] = set()   # id(root) of the roots whose forward drew random numbers
         self._before: tuple | None = None   # (id(root), the random states) at a sampled root call
-        self.own: Callable[[float], None] | None = None   # a watch's budget: the hook's time (record/budget.py)
-        self.clock: Callable[[], float] | None = None
+        self.timed: Callable | None = None   # a watch's budget: timed(fn, *args) (record/budget.py)
 
     def __enter__(self) -> "ForwardReplay":
         return self
@@ -99,15 +98,16 @@ class ForwardReplay:
         NOTE: the random state is a 5 KB copy (the CPU generator's Mersenne Twister), about
         3 µs a call in place: taken only for the roots seen drawing random numbers."""
         if self.armed and torch.is_grad_enabled():
-            start = self.clock() if self.own is not None else 0.0
-            if id(module) in self.random:
-                call = RootCall(module, args, kwargs, torch.get_rng_state(), _cuda_state(args), _autocast())
+            if self.timed is None:
+                self._kept(module, args, kwargs)
             else:
-                call = RootCall(module, args, kwargs, None, None, _autocast())
-            self.calls.append(call)
-            if self.own is not None:
-                self.own(self.clock() - start)   # a watch's budget counts it (record/budget.py)
+                self.timed(self._kept, module, args, kwargs)   # a watch's budget counts it (record/budget.py)
         return None   # the call's inputs are left as they are
+
+    def _kept(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        random = id(module) in self.random
+        self.calls.append(RootCall(module, args, kwargs, torch.get_rng_state() if random else None,
+                                   _cuda_state(args) if random else None, _autocast()))
 
     # -- on sampled steps: which roots draw random numbers ------------------------------
     def root_called(self, module: nn.Module, args: tuple) -> None:

@@ -30,11 +30,10 @@ class StepTracking:
             return original(tensor, *args, **kwargs)
         if self._backward_ends_step():
             self.guarded(self._end_step)
-        clock = self.schedule.clock if self.schedule is not None else None
-        start = clock() if clock is not None else 0.0
-        self.guarded(self._note_backward, tensor)
-        if clock is not None:
-            self.schedule.own(clock() - start)
+        if self.schedule is None:
+            self.guarded(self._note_backward, tensor)
+        else:
+            self.schedule.timed(self.guarded, self._note_backward, tensor)
         out = original(tensor, *args, **kwargs)
         if self.active and not self.saw_optimizer and self._ends_at_backward():
             # NOTE: with no optimizer the step is this backward: it ends here, while .grad
@@ -212,12 +211,7 @@ class StepTracking:
             return None
         if self.schedule is None:
             return self._before_step_of(optimizer, args, kwargs)
-        clock = self.schedule.clock
-        start = clock()
-        try:
-            return self._before_step_of(optimizer, args, kwargs)
-        finally:
-            self.schedule.own(clock() - start)
+        return self.schedule.timed(self._before_step_of, optimizer, args, kwargs)
 
     def _before_step_of(self, optimizer, args, kwargs):
         self._suspend_mode()   # first: leaky's own reads of .grad and .requires_grad below skip it too
