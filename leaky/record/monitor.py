@@ -94,7 +94,7 @@ class StepMonitor:
         # accumulate, so the step applies the gradient of that sum (a GAN discriminator's
         # real + fake losses; k micro-batches of accumulation); a closure that zeroes the
         # gradients before each evaluation (LBFGS) leaves the last evaluation's loss.
-        self.loss: Tensor | None = None
+        self.loss: Tensor | float | None = None
         self.terms: int | None = None   # ... and how many terms it sums (ops.summed_terms)
         self._zeroed = False
         # With several ranks, whose losses the series holds: (ranks, steps averaged over
@@ -116,21 +116,30 @@ class StepMonitor:
     def note_zero_grad(self) -> None:
         self._zeroed = True
 
-    def note_loss(self, loss: Tensor) -> None:
+    def note_loss(self, loss: Tensor, host: float | None = None) -> None:
+        """`host`: the loss's value already read on the host (a CPU loss: record/replay.py's
+        `read_on_host`), kept as a float with no tensor op."""
         if self._zeroed:
             self.loss, self._zeroed = None, False
         if loss.numel() == 1 and loss.is_floating_point() and not loss.is_meta:
             terms = ops.summed_terms(loss.grad_fn)
             self.terms = terms if self.loss is None else None if terms is None or self.terms is None \
                 else self.terms + terms
+            if host is not None:
+                self.loss = host if self.loss is None else self.loss + host
+                return
             # NOTE: no grad mode needed: a detached tensor's copy and sum join no graph. This
             # runs at every backward of a watch, where each tensor call counts: two for a 0-d
-            # loss (docs/performance.md).
+            # loss (docs/performance.md). After the forward each costs 3-5 µs (cold caches):
+            # a CPU loss comes as `host` instead, one read in place of three tensor calls.
             with torch._C.DisableTorchFunction():
                 value = loss.detach()
                 if value.dim():
                     value = value.reshape(())
-                self.loss = value.clone() if self.loss is None else self.loss + value.to(self.loss.device)
+                if self.loss is None:
+                    self.loss = value.clone()
+                else:
+                    self.loss = self.loss + (value.to(self.loss.device) if isinstance(self.loss, Tensor) else value)
 
     def end_step(self, step: int, optimizer: torch.optim.Optimizer | None, total: Tensor | None = None,
                  index: int | None = None, norm: bool = True) -> None:
@@ -233,7 +242,8 @@ class StepMonitor:
 
     def _values(self) -> list[Tensor]:
         with torch._C.DisableTorchFunction():
-            return [v.float().reshape(()) for row in self.pending for v in (row.loss, row.grad_norm) if v is not None]
+            return [v.float().reshape(()) for row in self.pending for v in (row.loss, row.grad_norm)
+                    if isinstance(v, Tensor)]   # a float loss (read on the host already) is not copied
 
     def _across_ranks(self, pending: list[SeriesRow]) -> list[SeriesRow]:
         """With several ranks: each step's loss averaged over the ranks that have one, the
@@ -248,7 +258,8 @@ class StepMonitor:
             zero, one = torch.zeros((), device=device), torch.ones((), device=device)
             sharded = [row.grad_norm.shards.float().to(device) for row in pending
                        if isinstance(row.grad_norm, _Sharded)]
-            losses = [zero if row.loss is None else row.loss.float().reshape(()).to(device) for row in pending]
+            losses = [zero if row.loss is None else torch.tensor(row.loss, device=device) if isinstance(row.loss, float)
+                      else row.loss.float().reshape(()).to(device) for row in pending]
             counts = [zero if row.loss is None else one for row in pending]
             summed = distributed.sum_across_ranks(sharded + losses + counts + [v.to(device) for r in rides for v in r])
             shards = iter(summed[:len(sharded)])
@@ -274,9 +285,13 @@ class StepMonitor:
         """The pending steps as rows, given their staged values on the host."""
         pending, self.pending = self.pending, []
         values = iter(host)
-        return [row._replace(loss=next(values) if row.loss is not None else None,
-                             grad_norm=next(values) if row.grad_norm is not None else None)
+        return [row._replace(loss=_on_host(row.loss, values), grad_norm=_on_host(row.grad_norm, values))
                 for row in pending]
+
+
+def _on_host(value, copied) -> float | None:
+    """A pending row's value on the host: a float as it is, a tensor's the next one copied."""
+    return value if value is None or isinstance(value, float) else next(copied)
 
 
 _GRAD = operator.attrgetter("grad")

@@ -6,7 +6,8 @@ once to the host, the cheap series is batched, and the next step is sampled or n
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+import math
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import Tensor
@@ -16,10 +17,11 @@ from leaky.process import distributed
 from leaky.record.activations import count_held, settle_units
 from leaky.record.clipping import note_clipping
 from leaky.record.loss_path import loss_path_sites
-from leaky.record.replay import nonfinite_without_sync
+from leaky.record.replay import nonfinite_without_sync, read_on_host
 from leaky.record.step_record import ParamNorms, UpdateNorms
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
+_NOTHING = nullcontext()
 COUPLING_STEPS = 100         # steps on which whose-loss-reaches-whom is probed, sampled or not
 
 
@@ -54,13 +56,15 @@ class StepTracking:
         return self._no_optimizer()
 
     def _note_backward(self, tensor) -> None:
-        if isinstance(tensor, Tensor) and tensor.requires_grad and tensor.grad_fn is None and self.observing:
+        is_tensor = isinstance(tensor, Tensor)
+        if is_tensor and tensor.requires_grad and tensor.grad_fn is None and self.observing:
             self.cut_records.note_leaf_loss(tensor)
+        loss = self._unscaled(tensor) if is_tensor and tensor.numel() == 1 and tensor.is_floating_point() else None
+        host = read_on_host(loss) if loss is not None else None
         if self.replay.calls:   # a watch's unsampled step (record/replay.py)
-            self._replay_if_nonfinite(tensor)
-        if isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point():
-            loss = self._unscaled(tensor)
-            self.monitor.note_loss(loss)
+            self._replay_if_nonfinite(loss, host)
+        if loss is not None:
+            self.monitor.note_loss(loss, host)
             if (self.observing or self.step < COUPLING_STEPS) and not self._calls_since_step:
                 self.coupling.at_first_backward(self.optimizers)
             if self.observing:
@@ -91,7 +95,7 @@ class StepTracking:
         self.backward_calls += 1
         self._calls_since_step += 1
 
-    def _replay_if_nonfinite(self, tensor) -> None:
+    def _replay_if_nonfinite(self, loss: Tensor | None, host: float | None) -> None:
         """An unsampled step's backward: if its loss is not finite and no sampled step has
         seen a forward NaN yet, run the step's root calls again under the op mode, so that
         the first non-finite op is named at this step (record/replay.py). The kept calls are
@@ -100,9 +104,8 @@ class StepTracking:
         NOTE: not with several ranks: a replay is one rank's, and its record would be
         folded on that rank alone, out of step with the exchange of sampled steps."""
         try:
-            if (isinstance(tensor, Tensor) and tensor.numel() == 1 and tensor.is_floating_point()
-                    and not self._bad_seen and nonfinite_without_sync(self._unscaled(tensor))
-                    and not distributed.running()):
+            if loss is not None and not self._bad_seen and not distributed.running() and (
+                    not math.isfinite(host) if host is not None else nonfinite_without_sync(loss)):
                 self._replay_forward()
         finally:
             self.replay.calls.clear()
@@ -300,17 +303,23 @@ class StepTracking:
     def _suspend_mode(self) -> bool:
         """Leave the optimizer's many small ops alone: pop our mode if it is on top (True
         if it was)."""
+        if not self._mode_on:
+            return False   # a watch's unsampled step asks three times: no C call then
         stack = torch._C._len_torch_function_stack()
-        if self._mode_on and stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
+        if stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
             self._mode.__exit__(None, None, None)
             self._mode_on = False
             return True
         return False
 
-    @contextmanager
     def _mode_paused(self):
         """Our mode off for a while (a `zero_grad()`: two attribute calls per parameter),
-        back on after it if it was on."""
+        back on after it if it was on; with it off (a watch's unsampled step), a shared
+        context that does nothing, with no generator made at each call."""
+        return self._mode_paused_now() if self._mode_on else _NOTHING
+
+    @contextmanager
+    def _mode_paused_now(self):
         popped = self._suspend_mode()
         try:
             yield
