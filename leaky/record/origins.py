@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import sys
 import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -130,7 +131,8 @@ class OriginRecords:
         self._handles.append(module_globals.register_module_parameter_registration_hook(
             outside_graphs(self._param_created)))
 
-        def after(note, quiet=None):
+        def after(note, quiet=None, caller=False):
+            """`note(obj)` after each call; `note(obj, the caller's frame)` with `caller`."""
             def make(original):
                 def wrapper(obj, *args, **kwargs):
                     if quiet is None:
@@ -138,10 +140,11 @@ class OriginRecords:
                     else:
                         with quiet():
                             out = original(obj, *args, **kwargs)
+                    noted = (obj, sys._getframe(1)) if caller else (obj,)
                     if watch.timed is None:
-                        watch.guard(note, obj)
+                        watch.guard(note, *noted)
                     else:
-                        watch.timed(watch.guard, note, obj)
+                        watch.timed(watch.guard, note, *noted)
                     return out
                 wrapper.__wrapped__ = original
                 wrapper.__doc__ = getattr(original, "__doc__", None)
@@ -150,8 +153,8 @@ class OriginRecords:
 
         patch = self._patches.enter_context
         patch(Patch(torch.optim.Optimizer, "__init__", after(self._optimizer_built)))
-        patch(Patch(torch.optim.Optimizer, "zero_grad", after(self._zero_grad, self.quiet)))
-        patch(Patch(nn.Module, "zero_grad", after(self._zero_grad, self.quiet)))
+        patch(Patch(torch.optim.Optimizer, "zero_grad", after(self._zero_grad, self.quiet, caller=True)))
+        patch(Patch(nn.Module, "zero_grad", after(self._zero_grad, self.quiet, caller=True)))
         patch(Patch(nn.Module, "__init__", after(self._module_built)))
         patch(Patch(lr_scheduler.LRScheduler, "__init__", after(self._scheduler_built)))
         if "__init__" in lr_scheduler.ReduceLROnPlateau.__dict__:   # does not call LRScheduler.__init__
@@ -221,8 +224,10 @@ class OriginRecords:
             if key not in self.casts:
                 self.casts[key] = CastOrigin("autocast", str(dtype).split(".")[-1], where, str(ctx.device))
 
-    def _zero_grad(self, target) -> None:
-        where = self.locator.locate()
+    def _zero_grad(self, target, caller=None) -> None:
+        """A zero_grad() on an optimizer or a module returned (at every step: the place is
+        looked for from its caller's frame up, with no frame of leaky's made)."""
+        where = self.locator.locate(start=caller)
         key = (where, id(target))
         if key not in self.zero_grads:
             if isinstance(target, torch.optim.Optimizer):

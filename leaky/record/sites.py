@@ -23,12 +23,14 @@ class SourceLocator:
     def __init__(self) -> None:
         self._internal: dict[Any, bool] = {}
 
-    def locate(self, made: Any = None) -> tuple[str, int, int] | None:
+    def locate(self, made: Any = None, start: Any = None) -> tuple[str, int, int] | None:
         """(file, line, instruction offset): the offset tells apart two calls on one line,
         such as the two matmuls of `h = tanh(x @ W_ih + h @ W_hh)`. With `made`, where it was
         constructed: the first user frame that is not one of its own `__init__`s (`Net()`,
-        not the `super().__init__()` inside `Net.__init__`)."""
-        frame = sys._getframe(1)
+        not the `super().__init__()` inside `Net.__init__`). With `start`, the walk begins at
+        that frame (a patched call's caller: each frame object the walk reaches is made on
+        demand, 1-2 µs apiece, and leaky's own frames below it need none)."""
+        frame = sys._getframe(1) if start is None else start
         internal = self._internal
         while frame is not None:
             code = frame.f_code

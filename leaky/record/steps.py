@@ -104,8 +104,9 @@ class StepTracking:
         NOTE: not with several ranks: a replay is one rank's, and its record would be
         folded on that rank alone, out of step with the exchange of sampled steps."""
         try:
-            if loss is not None and not self._bad_seen and not distributed.running() and (
-                    not math.isfinite(host) if host is not None else nonfinite_without_sync(loss)):
+            if loss is not None and not self._bad_seen and (
+                    not math.isfinite(host) if host is not None else nonfinite_without_sync(loss)) \
+                    and not distributed.running():
                 self._replay_forward()
         finally:
             self.replay.calls.clear()
