@@ -200,18 +200,21 @@ class OriginRecords:
                 out = original(scheduler, *args, **kwargs)
             finally:
                 watch._stepping = False
-            watch.guard(watch._scheduler_stepped, scheduler)
+            if watch.timed is None:
+                watch.guard(watch._scheduler_stepped, scheduler, sys._getframe(1))
+            else:   # a watch's budget counts it: a scheduler is often stepped at every step
+                watch.timed(watch.guard, watch._scheduler_stepped, scheduler, sys._getframe(1))
             return out
 
         step.__wrapped__ = original
         step.__doc__ = getattr(original, "__doc__", None)
         return step
 
-    def _scheduler_stepped(self, scheduler) -> None:
+    def _scheduler_stepped(self, scheduler, caller=None) -> None:
         # NOTE: the step a scheduler's own __init__ takes comes before it is recorded: not counted.
         origin = next((s for s in reversed(self.schedulers) if s.scheduler is not None and s.scheduler() is scheduler),
                       None)
-        where = self.locator.locate() if origin is not None else None
+        where = self.locator.locate(start=caller) if origin is not None else None
         if where is not None:
             key = (where[0], where[1])
             origin.step_sites[key] = origin.step_sites.get(key, 0) + 1

@@ -3,6 +3,7 @@ construction, the scheduler's lr function, the parameter's creation, the zero_gr
 step() call, the low-precision cast, the layer's definition in an nn.Sequential."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -31,11 +32,11 @@ def _train(model, opt, steps: int = 8, scheduler=None, zero: bool = True) -> Non
     for _ in range(steps):
         loss = F.mse_loss(model(x), y)
         if zero:
-            opt.zero_grad()
+            opt.zero_grad()  # ZERO-CALL
         loss.backward()
         opt.step()  # STEP-CALL
         if scheduler is not None:
-            scheduler.step()
+            scheduler.step()  # SCHEDULER-STEP
 
 
 def _lines(findings) -> set[int]:
@@ -148,7 +149,7 @@ def test_optimizer_step_named_but_not_called_points_at_that_statement():
     with leaky.audit(steps=None) as audit:
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         for _ in range(4):
-            opt.zero_grad()
+            opt.zero_grad()  # ZERO-CALL
             F.mse_loss(model(x), y).backward()
             opt.step  # BARE-STEP  # noqa: B018
     (finding,) = audit.report.by_code("LK201")
@@ -173,7 +174,7 @@ def test_model_half_points_at_the_cast():
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
         for x, y in _residual_batches(torch.float16):
             loss = F.mse_loss(model(x).float(), y.float())
-            opt.zero_grad()
+            opt.zero_grad()  # ZERO-CALL
             loss.backward()
             opt.step()
     (finding,) = audit.report.by_code("LK304")
@@ -189,7 +190,7 @@ def test_float16_autocast_points_at_the_region():
         for x, y in _residual_batches(torch.float32):
             with torch.autocast("cpu", dtype=torch.float16):  # FP16-AUTOCAST
                 loss = F.mse_loss(model(x).float(), y.float())
-            opt.zero_grad()
+            opt.zero_grad()  # ZERO-CALL
             loss.backward()
             opt.step()
     (finding,) = audit.report.by_code("LK304")
@@ -208,8 +209,24 @@ def test_a_layer_inside_a_sequential_points_at_its_definition():
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         for _ in range(4):
             loss = F.cross_entropy(model(x), y)  # MODEL-CALL
-            opt.zero_grad()
+            opt.zero_grad()  # ZERO-CALL
             loss.backward()
             opt.step()
     (finding,) = audit.report.by_code("LK301")
     assert finding.module == "3" and finding.source.line == _line("SOFTMAX-LAYER")
+
+
+@pytest.mark.parametrize("observe", ["audit", "watch"])
+def test_each_zero_grad_and_scheduler_step_is_placed_at_its_callers_line(tmp_path, observe):
+    """The places are looked for from the patched call's caller up (record/origins.py): the
+    same line under an audit and a watch, whose budget times the note."""
+    model = _mlp()
+    context = leaky.audit(steps=None) if observe == "audit" else leaky.watch(store=tmp_path / "runs.db")
+    with context as run:
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+        _train(model, opt, steps=12, scheduler=scheduler)
+    origins = run.recorder.origins
+    (sched,) = [s for s in origins.schedulers if s.scheduler is not None and s.scheduler() is scheduler]
+    assert sched.step_calls == 12 and sched.step_at[:2] == (__file__, _line("SCHEDULER-STEP"))
+    assert {(site.where[0], site.where[1]) for site in origins.zero_grads.values()} == {(__file__, _line("ZERO-CALL"))}
