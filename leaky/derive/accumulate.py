@@ -100,8 +100,13 @@ class StepFolder:
 
     @property
     def clean_steps(self) -> int:
-        """Steps before the first NaN/Inf: the ones that describe the model."""
-        return self.steps if self.first_bad_step is None else self.first_bad_step
+        """Sampled steps before the first NaN/Inf: the ones that describe the model.
+
+        NOTE: a count of sampled steps, not a step index: a watch samples steps 0, 250, 800, ...
+        (the first bad one at 800 leaves 2 clean steps, not 800)."""
+        if self.first_bad_step is None:
+            return self.steps
+        return sum(1 for step in self.sample_steps if step < self.first_bad_step)
 
     def add_series(self, rows) -> None:
         self.series.extend(rows)   # SeriesRow each (record/monitor.py)

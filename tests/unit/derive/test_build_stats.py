@@ -74,3 +74,17 @@ def test_an_added_statistic_reads_its_instruments_part(relu_run):
     assert stats.derived["hand_counts"] == {"parts": {"hand_counts": 3}, "steps": 2}
     assert "hand_counts" not in build_stats(_run(sites), sums).derived
     assert stats.derived["mode_calls"] == ()   # a built-in field, on a run whose record has no part for it
+
+
+def test_clean_steps_count_the_sampled_steps_before_the_first_nan():
+    """A watch samples far-apart steps: the clean ones are counted, not read off a step index."""
+    sites = SiteTable()
+    site = sites.intern("relu", "ReluBackward0", None, ("train.py", 12), seq=7)
+    sums = StatsBuilder(CONFIG)
+    for step in (0, 250, 800, 1300):
+        host = _relu_step(site, 1.0, 0.5, nonzero_in=100, nonzero_out=40)
+        host.loss = float("nan") if step >= 800 else 1.0
+        sums.add_step(step, host)
+    stats = build_stats(_run(sites), sums)
+    assert stats.steps == 4 and stats.clean_steps == 2
+    assert stats.op(site).steps == 2   # the per-site sums stop at the first NaN too
