@@ -53,12 +53,13 @@ def no_leaky_left() -> list[str]:
     return left
 
 
-# The methods record/origins.py (and record/instruments/replicas.py: DDP's) wraps while an audit runs, as torch defines them.
+# The methods record/origins.py (and record/instruments/replicas.py: DDP's; record/replay.py: a watch's) wraps while an audit runs, as torch defines them.
 _ORIGINALS = {(owner, name): owner.__dict__[name] for owner, name in [
     (torch.optim.Optimizer, "__init__"), (torch.optim.Optimizer, "zero_grad"), (torch.nn.Module, "__init__"),
     (torch.nn.Module, "zero_grad"), (torch.nn.Module, "_apply"), (torch.optim.lr_scheduler.LRScheduler, "__init__"),
     (torch.optim.lr_scheduler.ReduceLROnPlateau, "__init__"), (torch.amp.autocast_mode.autocast, "__enter__"),
-    (torch.nn.parallel.DistributedDataParallel, "__init__"), (torch.nn.parallel.DistributedDataParallel, "forward")]}
+    (torch.nn.parallel.DistributedDataParallel, "__init__"), (torch.nn.parallel.DistributedDataParallel, "forward"),
+    (torch.nn.Module, "__getstate__"), (torch.jit, "script")]}   # record/replay.py: roots' state and scripts without its hook
 
 
 def _leakys(fn) -> bool:

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from leaky.process.guards import outside_graphs
+from leaky.process.patch import Patch, Patches
 from leaky.record.rerun import buffers_kept, untouched
 
 KEPT_CALLS = 4   # root calls kept since the last backward (a GAN: G, then D on real and fake)
@@ -62,16 +63,28 @@ class ForwardReplay:
         self.random: set[int] = set()   # id(root) of the roots whose forward drew random numbers
         self._before: tuple | None = None   # (id(root), the random states) at a sampled root call
         self.timed: Callable | None = None   # a watch's budget: timed(fn, *args) (record/budget.py)
+        # while roots are hooked: their saved or copied state, and torch.jit.script, without the hook
+        self._patches = Patches([Patch(nn.Module, "__getstate__", self._state_without_hook),
+                                 Patch(torch.jit, "script", self._scripted_unhooked)])
+        self._patched = False
 
     def __enter__(self) -> "ForwardReplay":
         return self
 
     def __exit__(self, *exc) -> None:
+        self._unhook()
+        if self._patched:
+            self._patched = False
+            self._patches.__exit__(None, None, None)
+        self.calls.clear()
+        self.armed = False
+
+    def _unhook(self) -> None:
+        """The pre-hooks off; `arm` puts them back at the next step's end (`_roots_seen`)."""
         for handle in self._hooked.values():
             handle.remove()
         self._hooked.clear()
-        self.calls.clear()
-        self.armed = False
+        self._roots_seen = -1
 
     # -- on every unsampled step ---------------------------------------------------------
     def arm(self, on: bool, modules) -> None:
@@ -90,7 +103,47 @@ class ForwardReplay:
     def _hook(self, root: nn.Module) -> None:
         if id(root) in self._hooked or len(self._hooked) >= MAX_ROOTS or _compiled(root):
             return
+        if not self._patched:
+            self._patches.__enter__()
+            self._patched = True
         self._hooked[id(root)] = root.register_forward_pre_hook(self._keep_hook, with_kwargs=True)
+
+    def _state_without_hook(self, original: Callable) -> Callable:
+        """nn.Module.__getstate__ while roots are hooked: a hooked root's state leaves the
+        pre-hook out, so a model saved whole (torch.save(model)) or deep-copied (an EMA, a
+        best-model snapshot) during the watch holds nothing of leaky's: the file loads where
+        leaky is not installed, under `weights_only=True` with the script's own safe globals
+        (pytorch/examples' word_language_model), and the copy runs torch's fast path."""
+        keep = self._keep_hook
+
+        def __getstate__(module):
+            state = original(module)
+            handle = self._hooked.get(id(module))
+            hooks = state.get("_forward_pre_hooks")
+            if handle is None or not hooks or hooks.get(handle.id) is not keep:
+                return state
+            state = dict(state)
+            for name in ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_pre_hooks_always_called"):
+                table = state.get(name)
+                if table is not None and handle.id in table:
+                    state[name] = type(table)((k, v) for k, v in table.items() if k != handle.id)
+            return state
+
+        __getstate__.__wrapped__ = original
+        return __getstate__
+
+    def _scripted_unhooked(self, original: Callable) -> Callable:
+        """torch.jit.script while roots are hooked: the hooks come off first (TorchScript
+        compiles a module's forward pre-hooks, and fails on this one, a Python callable),
+        and are put back at the step's end; calls of the rest of this step are not kept."""
+        def script(obj, *args, **kwargs):
+            if self._hooked:
+                self._unhook()
+            return original(obj, *args, **kwargs)
+
+        script.__wrapped__ = original
+        script.__doc__ = getattr(original, "__doc__", None)
+        return script
 
     def _keep(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         """The pre-hook: O(1), references only. Not under no_grad (an evaluation loop).
@@ -158,12 +211,13 @@ class ForwardReplay:
 class _KeepHook:
     """The pre-hook's callable.
 
-    NOTE: a model saved whole (torch.save(model)) or deep-copied (an EMA, a best-model
-    snapshot) while the watch runs takes its hooks along. This one pickles as, and
-    deep-copies to, `_inert` (a module-level function that does nothing): the save works
-    (loading it then imports leaky), and the copy holds no reference to the recorder and
-    keeps none of its calls. The copy's hook stays after the watch (it is not the root
-    that was hooked): it costs that copy's calls torch's slow path, and does nothing."""
+    NOTE: a hooked root saved whole (torch.save(model)) or deep-copied (an EMA, a best-model
+    snapshot) while the watch runs leaves this hook out of its state
+    (`ForwardReplay._state_without_hook`). Where it is taken along all the same (a module
+    class whose own __getstate__ skips nn.Module's, or a pickle of the hook table itself), it
+    pickles as, and deep-copies to, `_inert` (a module-level function that does nothing): the
+    save works (loading it then imports leaky), and the copy holds no reference to the
+    recorder and keeps none of its calls."""
 
     def __init__(self, keep: Callable) -> None:
         self.keep = keep
