@@ -37,7 +37,18 @@ def overhead_line(section: dict | None) -> str | None:
         if budget and plain and monitor / plain >= budget:
             parts.append(f"on this model's {_ms(plain)} step that alone is {_pct(monitor / plain)}, over the budget: "
                          "no more steps could be observed in detail (raise --overhead, or --every N to choose)")
+            return "; ".join(parts)
+    if section.get("schedule") == "budget" and sampled == 1 and steps >= ONE_LOOK_STEPS:
+        # NOTE: a short run's budget pays for its first step alone (its one-time probes); what
+        # changes after it (units that die, a policy that collapses) is not seen, and the line
+        # says so: on pytorch/examples' mnist (90 steps) and actor_critic (300 episodes) a
+        # watch at 2% saw step 0 only, where an audit's 20 steps found the damage.
+        parts.append("only the first step was observed in detail, so what changed after it went unseen "
+                     "(leaky audit observes the first 20 steps; --overhead 10% or --every N observe more of this run)")
     return "; ".join(parts)
+
+
+ONE_LOOK_STEPS = 20   # a run this long, sampled once: the line says what that leaves unseen
 
 
 def _pct(share: float) -> str:

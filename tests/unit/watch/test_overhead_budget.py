@@ -59,6 +59,16 @@ def test_the_line_says_when_the_monitor_alone_is_over_the_budget():
     assert overhead_line(None) is None
 
 
+@pytest.mark.parametrize("sampled, steps, told", [(1, 90, True), (1, 5, False), (3, 900, False)])
+def test_the_line_says_when_only_the_first_step_was_observed(sampled, steps, told):
+    line = overhead_line({"schedule": "budget", "budget": 0.02, "measured": 0.016, "steps": steps,
+                          "sampled_steps": sampled, "plain_step_ms": 64.0, "monitor_ms": 0.3,
+                          "sampled_extra_ms": 157.0, "first_step_extra_ms": 157.0, "norm_every": 1,
+                          "every": None, "reason": None})
+    assert ("only the first step was observed in detail" in line) is told
+    assert "over the budget" not in line
+
+
 def test_a_fixed_interval_does_not_speak_of_the_budget():
     section = {"schedule": "every", "budget": 0.02, "measured": 0.2, "steps": 300, "sampled_steps": 3,
                "plain_step_ms": 2.0, "monitor_ms": 0.11, "sampled_extra_ms": 20.0, "first_step_extra_ms": 60.0,
