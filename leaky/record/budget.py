@@ -125,7 +125,11 @@ class Schedule:
         if plain is None:
             self._pending.append((interval, self._end_work, first))   # before any plain step: reckoned later
             return
-        extra = max(interval - plain, 0.0)
+        # NOTE: what leaky timed at the step's end (the fold, the probes, a check pass) is a
+        # floor under the step's extra: a plain-step median that noise lifted above this step's
+        # interval would make the first step's one-time probes cost 0 (makemore's GRU under a
+        # loaded machine read "the first +0 µs"), and the next sampled step come at once
+        extra = max(interval - plain, self._end_work, 0.0)
         self.spent_sampled += extra
         if first:
             self.first_measured = extra   # with its one-time probes: not what the next one will cost

@@ -94,6 +94,16 @@ def test_a_first_step_with_one_time_probes_is_paid_for_before_the_next():
     assert budget.overhead() == pytest.approx(true, rel=1e-6)
 
 
+def test_a_first_step_measured_below_a_noisy_plain_step_is_charged_at_least_its_timed_end_work():
+    """Noise lifts the plain steps' median above the first step's whole interval: its extra
+    is then at least what leaky timed at its end, and the next step is not sampled at once."""
+    budget = Budget(0.02, clock=Clock())
+    sampled, _ = simulate(budget, 3000, plain_at=lambda step: 1.0 if step == 0 else 40.0,
+                          extra=10.0, end=6.0, first_extra=8.0)
+    assert budget.first_extra() == pytest.approx(6.0)   # interval 9 - plain 40 < 0: its end work instead
+    assert sampled[1] >= 6.0 / (0.02 * 40.0)
+
+
 def test_a_first_step_without_a_module_call_is_charged_its_end_work_and_the_later_steps_extra():
     budget = Budget(0.02, clock=Clock())
     budget.started = lambda: None   # a functional model: no module's forward to time it from
