@@ -270,6 +270,12 @@ def nonfinite_without_sync(loss: Tensor) -> bool:
     return False
 
 
+def nonfinite(loss: Tensor, host: float | None) -> bool:
+    """Whether the loss is NaN/Inf: its value read on the host already (`read_on_host`), or
+    else asked of the device where that costs no wait (`nonfinite_without_sync`)."""
+    return not math.isfinite(host) if host is not None else nonfinite_without_sync(loss)
+
+
 def read_on_host(loss: Tensor) -> float | None:
     """A plain CPU loss's value (one read: on the CPU it waits for nothing), else None.
 

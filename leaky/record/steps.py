@@ -6,7 +6,6 @@ once to the host, the cheap series is batched, and the next step is sampled or n
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -17,7 +16,7 @@ from leaky.process import distributed
 from leaky.record.activations import count_held, settle_units
 from leaky.record.clipping import note_clipping
 from leaky.record.loss_path import loss_path_sites
-from leaky.record.replay import nonfinite_without_sync, read_on_host
+from leaky.record.replay import nonfinite, read_on_host
 from leaky.record.step_record import ParamNorms, UpdateNorms
 
 _MAX_CALLS_PER_STEP = 1000   # backward calls folded into one step at most
@@ -104,9 +103,7 @@ class StepTracking:
         NOTE: not with several ranks: a replay is one rank's, and its record would be
         folded on that rank alone, out of step with the exchange of sampled steps."""
         try:
-            if loss is not None and not self._bad_seen and (
-                    not math.isfinite(host) if host is not None else nonfinite_without_sync(loss)) \
-                    and not distributed.running():
+            if loss is not None and not self._bad_seen and nonfinite(loss, host) and not distributed.running():
                 self._replay_forward()
         finally:
             self.replay.calls.clear()
@@ -314,9 +311,8 @@ class StepTracking:
         return False
 
     def _mode_paused(self):
-        """Our mode off for a while (a `zero_grad()`: two attribute calls per parameter),
-        back on after it if it was on; with it off (a watch's unsampled step), a shared
-        context that does nothing, with no generator made at each call."""
+        """Our mode off for a while (a `zero_grad()`: two attribute calls per parameter), back on
+        after it if it was on; with it off (a watch's unsampled step), a shared null context."""
         return self._mode_paused_now() if self._mode_on else _NOTHING
 
     @contextmanager
