@@ -25,6 +25,7 @@ from leaky.report.html.recurrences import recurrences_html
 from leaky.report.html.run import run_html
 from leaky.report.html.tables import tables_html
 from leaky.report.html.values import esc
+from leaky.report.overhead import overhead_line
 
 # Open the collapsed tables for printing, close them again after. Logs nothing.
 _JS = """
@@ -92,6 +93,9 @@ def header(report: dict, run: dict | None, findings: list[dict], title: str) -> 
     if facts:
         lines.append(f'<p class="facts">{" · ".join(facts)}</p>')
     info = report.get("run") or {}
+    cost = overhead_line(info.get("overhead"))   # a watch's: the words its last line and `leaky show` print
+    if cost:
+        lines.append(f'<p class="facts overhead">{esc(cost)}</p>')
     for key, what in _FAILURES:
         if info.get(key):
             lines.append(f'<p class="error-line">{what}: {esc(info[key])}</p>')

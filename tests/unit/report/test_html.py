@@ -132,6 +132,9 @@ def test_watched_run_has_heatmap_loss_and_layer_series(watched):
     assert loss[:loss.index("</svg>")].count('<g class="marker">') == len(first_steps)
     assert "first seen at step" in page
     assert f"run {payload['run']['id']}" in page
+    # what the watch cost, in the words of its last line and of `leaky show`
+    assert '<p class="facts overhead">leaky watch cost ' in page and "(--every 5)" in page
+    assert '<p class="facts overhead">' not in render_html(_audit("relu-high-lr"))   # an audit has no such line
 
 
 def test_no_network_references(reports, watched):
