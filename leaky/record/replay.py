@@ -258,14 +258,13 @@ def _replay_one(call: RootCall, observed: Callable[[], Any]) -> None:
 def nonfinite_without_sync(loss: Tensor) -> bool:
     """Whether the loss is NaN/Inf, asked only where the answer costs no wait.
 
-    NOTE: on the CPU the read is free. On a GPU reading a value waits for every kernel queued
-    before it, so the loss is read only when the stream has nothing left to run (the script
-    synced since its forward, or the GPU has caught up): otherwise the step goes untested,
-    and a forward NaN that it made is named at the next sampled step, as before."""
-    with torch._C.DisableTorchFunction():
-        if loss.device.type == "cpu":
-            return not math.isfinite(loss.item())
-        if loss.device.type == "cuda" and torch.cuda.current_stream(loss.device).query():
+    NOTE: a plain CPU loss comes read already (`read_on_host`). On a GPU reading a value waits
+    for every kernel queued before it, so the loss is read only when the stream has nothing
+    left to run (the script synced since its forward, or the GPU has caught up): otherwise the
+    step goes untested, and a forward NaN that it made is named at the next sampled step, as
+    before. A tensor subclass (a DTensor, whose read may be a collective) is not read."""
+    if type(loss) is Tensor and loss.is_cuda and torch.cuda.current_stream(loss.device).query():
+        with torch._C.DisableTorchFunction():
             return not math.isfinite(loss.item())
     return False
 
