@@ -59,18 +59,37 @@ class RunsTable:
 
 
 def sparkline(values: list[float | None], width: int = 60) -> str:
-    """A one-line picture of a series (log-free, min to max), NaN shown as '×'."""
-    if not values:
+    """A one-line picture of a series (log-free, min to max): '×' where a value was not
+    finite, nothing for a step without a value (a watch takes the gradient norm on a
+    schedule: the picture is of the steps that have one, in order), and a level line where
+    the values all print alike (a clipped norm of 0.99999 and 1: no swing the numbers beside
+    it do not show)."""
+    known = [v for v in values if v is not None]
+    if not known:
         return ""
-    stride = max(1, math.ceil(len(values) / width))
-    points = [values[i] for i in range(0, len(values), stride)]
-    finite = [v for v in points if v is not None and math.isfinite(v)]
+    stride = max(1, math.ceil(len(known) / width))
+    buckets = [known[i:i + stride] for i in range(0, len(known), stride)]
+    finite = [v for v in known if math.isfinite(v)]
     if not finite:
-        return "×" * len(points)
+        return "×" * len(buckets)
     low, high = min(finite), max(finite)
-    span = (high - low) or 1.0
-    return "".join("×" if v is None or not math.isfinite(v)
-                   else _BARS[1 + int((v - low) / span * (len(_BARS) - 2))] for v in points)
+    level = num(low) == num(high)
+    span = high - low
+
+    def bar(bucket: list[float]) -> str:
+        if not all(math.isfinite(v) for v in bucket):
+            return "×"
+        if level:
+            return _BARS[len(_BARS) // 2]
+        return _BARS[1 + int((bucket[0] - low) / span * (len(_BARS) - 2))]
+
+    return "".join(bar(bucket) for bucket in buckets)
+
+
+def _measured(values: list[float | None]) -> str:
+    """' (taken on K of N steps)' where some steps have no value."""
+    known = sum(v is not None for v in values)
+    return "" if known == len(values) else f"  (taken on {known} of {len(values)} steps)"
 
 
 def show_run(store, run_id: int) -> Group:
@@ -86,12 +105,15 @@ def show_run(store, run_id: int) -> Group:
     cost = overhead_line(((store.report(run_id) or {}).get("run") or {}).get("overhead"))
     if cost:
         head.append(f"\n{cost}", style="dim")
-    losses = [s["loss"] if not s["nonfinite"] else None for s in steps]
-    norms = [s["grad_norm"] if not s["nonfinite"] else None for s in steps]
+    nan = float("nan")
+    losses = [nan if s["nonfinite"] else s["loss"] for s in steps]
+    norms = [nan if s["nonfinite"] else s["grad_norm"] for s in steps]
     timeline = Text()
     if steps:
-        timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}\n")
-        timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}")
+        timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}"
+                        f"{_measured(losses)}\n")
+        timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}"
+                        f"{_measured(norms)}")
     listing = [Text(f"\nfindings, in the order they appeared ({len(findings)}):" if findings
                     else "\nno findings.\n", style="bold")]
     for f in findings:
@@ -114,8 +136,8 @@ def show_run(store, run_id: int) -> Group:
 
 
 def _first(values):
-    return next((v for v in values if v is not None), None)
+    return next((v for v in values if v is not None and math.isfinite(v)), None)
 
 
 def _last(values):
-    return next((v for v in reversed(values) if v is not None), None)
+    return next((v for v in reversed(values) if v is not None and math.isfinite(v)), None)

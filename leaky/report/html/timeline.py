@@ -28,9 +28,14 @@ def loss_html(points: list[Point], findings: list[dict], step_key: str, origin: 
         return ""
     loss = spread([(float(s), lo if lo is not None and math.isfinite(lo) else None) for s, lo, _, _ in points],
                   MAX_POINTS)
-    norms = spread([(float(s), gn if gn is not None and math.isfinite(gn) else None) for s, _, gn, _ in points],
-                   MAX_POINTS)
+    # NOTE: a step without a norm (a watch takes it on a schedule) is left out, so the line
+    # joins the steps that have one; a non-finite step stays a gap (and its ×)
+    measured = [(float(s), gn if gn is not None and math.isfinite(gn) and not nf else None)
+                for s, _, gn, nf in points if nf or gn is not None]
+    norms = spread(measured, MAX_POINTS)
+    taken = sum(1 for _, _, gn, nf in points if gn is not None and not nf)
     bad = [float(s) for s, lo, gn, nf in points if nf]
+    finite_steps = len(points) - len(bad)
     if len(bad) > MAX_POINTS:
         bad = bad[:: math.ceil(len(bad) / MAX_POINTS)]
     finite = [v for _, v in loss if v is not None]
@@ -42,7 +47,9 @@ def loss_html(points: list[Point], findings: list[dict], step_key: str, origin: 
              f'seen (hover it), × a step whose loss or gradient was not finite.</p>'
              f'<figure>{chart}</figure>{listing}']
     if any(v is not None for _, v in norms):
-        parts.append('<h3>Gradient norm</h3><p class="lede">Global gradient norm per step, log scale.</p>'
+        some = "" if taken >= finite_steps else \
+            f" Taken on {taken} of {len(points)} steps (a watch takes it on a schedule), joined by lines."
+        parts.append(f'<h3>Gradient norm</h3><p class="lede">Global gradient norm per step, log scale.{esc(some)}</p>'
                      + "<figure>" + line_chart("gradnorm", "gradient norm per step",
                                                [("gradient norm", norms, COLOR["ok"])], log_y=True,
                                                x_label="step", y_label="grad norm", height=200,
