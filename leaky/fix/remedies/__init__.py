@@ -187,7 +187,12 @@ def feeding_layer(stats: AuditStats, finding: Finding) -> str | None:
     weighted op before it in forward order."""
     weighted = {p.module for p in stats.params if p.name.endswith("weight") and p.module is not None}
     ordered = sorted(stats.ops, key=lambda op: op.first_seq)
-    at = next((i for i, op in enumerate(ordered) if op.module == finding.module and op.op == finding.op), None)
+    alike = [i for i, op in enumerate(ordered) if op.module == finding.module and op.op == finding.op]
+    # NOTE: a module may call the op on several lines (a forward's three F.relu): the one at
+    # the finding's line, else the first
+    at = next((i for i in alike if finding.source is not None and ordered[i].source is not None
+               and (ordered[i].source.file, ordered[i].source.line) == (finding.source.file, finding.source.line)),
+              alike[0] if alike else None)
     if at is None:
         return None
     return next((op.module for op in reversed(ordered[:at]) if op.module in weighted), None)

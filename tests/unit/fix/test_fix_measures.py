@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from leaky.cli import main
@@ -288,3 +289,44 @@ def test_the_before_after_column_reads_the_share_lk106_judges_a_bounded_activati
     assert backward > 1.5 * finding.evidence["zeroed_share"]   # the two measures differ here
     assert measure(finding, audit.stats, list(findings)) == ("gradient elements zeroed",
                                                              pct(finding.evidence["zeroed_share"]))
+
+
+# -- the layer a re-initialisation is for ------------------------------------------------
+class _ThreeRelus(nn.Module):
+    """Like a LightningModule's forward: F.relu on three lines of one module; only the last
+    one's units (after fc1, its bias far below 0) are dead."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.fc1 = nn.Linear(4 * 8 * 8, 32)
+        self.fc2 = nn.Linear(32, 3)
+        with torch.no_grad():
+            self.fc1.bias.fill_(-50.0)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        x = F.relu(self.conv2(x))
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def test_the_layer_to_re_initialise_is_the_one_before_the_finding_s_own_line():
+    """pytorch-lightning-style forward, three F.relu calls in one module: the dead units are
+    the third's, so the layer that feeds them is fc1, not the BatchNorm before the first."""
+    import leaky
+    from leaky.fix.remedies import feeding_layer
+
+    torch.manual_seed(0)
+    model = _ThreeRelus()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with leaky.audit(steps=8) as run:
+        for _ in range(8):
+            x, y = torch.randn(16, 1, 8, 8), torch.randint(0, 3, (16,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    dead = [f for f in run.report.findings if f.code == "LK102"]
+    assert len(dead) == 1 and dead[0].source.line == _ThreeRelus.forward.__code__.co_firstlineno + 3
+    assert feeding_layer(run.stats, dead[0]) == "fc1"
