@@ -22,9 +22,10 @@ B does not part from A beyond the noise, 1 when it does, 2 when no comparison co
 """
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 
-from leaky.cli.parser import build_parser
+from leaky.cli.parser import EXIT_UNUSABLE, build_parser, without_interpreter
 
 # command -> (module, function): a command's module is imported only when it runs, so the
 # commands that never touch torch (--help, explain, runs, show, a typo) answer at once.
@@ -37,8 +38,23 @@ COMMANDS = {"audit": ("leaky.cli.run", "cmd_audit"), "watch": ("leaky.cli.run", 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "script", None):
+        try:
+            _drop_interpreter(args)
+        except ValueError as exc:
+            print(f"leaky: {exc}", file=sys.stderr)
+            return EXIT_UNUSABLE
     module, function = COMMANDS[args.command]
     return getattr(import_module(module), function)(args)
+
+
+def _drop_interpreter(args) -> None:
+    """`leaky watch python train.py ...`: run train.py (parser.without_interpreter)."""
+    words = [args.script, *(args.args[1:] if args.args[:1] == ["--"] else args.args)]
+    kept, note = without_interpreter(words)
+    if note is not None:
+        args.script, args.args = kept[0], kept[1:]
+        print(f"leaky: {note}", file=sys.stderr)
 
 
 __all__ = ["build_parser", "main"]

@@ -6,7 +6,7 @@ import os
 import shlex
 
 from leaky.cli.output import emit, error, live_progress
-from leaky.cli.parser import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE
+from leaky.cli.parser import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, without_interpreter
 from leaky.report.terminal import people_console
 
 
@@ -49,9 +49,10 @@ def _command_side(command: str, steps: int, progress, on_step):
     from leaky.diff.session import DiffError, made_run
     from leaky.script import ScriptError, script_program
 
-    words = shlex.split(command)
-    if words[:1] in (["python"], ["python3"]):
-        words = words[1:]
+    try:
+        words, _ = without_interpreter(shlex.split(command))   # `--run "python train.py"`: train.py
+    except ValueError as exc:
+        raise DiffError(f"--run {command!r}: {exc}") from None
     if not words:
         raise DiffError(f"--run {command!r}: no script to run")
     try:

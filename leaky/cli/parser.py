@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
@@ -27,6 +29,37 @@ DIFF_EXIT_CODES = """exit status:
   1  B parts from A: a site's gradient statistics, or the loss curve, differ beyond the noise
   2  the comparison could not be made (the reason is printed): a side cannot be read or
      run, or made no optimizer step. 130: Ctrl-C"""
+
+
+_INTERPRETER = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")
+_TAKES_VALUE = {"-W", "-X", "-Q"}   # the interpreter's options that take the next word
+
+
+def without_interpreter(words: list[str]) -> tuple[list[str], str | None]:
+    """`python train.py args` as the user wrote it for the script: the words without a
+    leading Python interpreter (and its own options, such as -u), and a line saying what was
+    dropped (None when nothing was). leaky runs the script in its own Python, so `leaky watch
+    python train.py` means `leaky watch train.py`. `python -m MODULE` and `python -c CODE`
+    are not scripts: ValueError with the reason."""
+    if not words or not _INTERPRETER.fullmatch(os.path.basename(words[0])) or os.path.isfile(words[0] + ".py"):
+        return words, None
+    at, options = 1, []
+    while at < len(words) and words[at].startswith("-") and words[at] != "-":
+        option = words[at]
+        if option.startswith(("-m", "-c")):
+            what = " ".join(words[:at + 2]) if option in ("-m", "-c") else " ".join(words[:at + 1])
+            raise ValueError(f"leaky runs a script file, not `{what}`: give the training script's .py file")
+        take = 2 if option in _TAKES_VALUE else 1
+        options.extend(words[at:at + take])
+        at += take
+    rest = words[at:]
+    if not rest:
+        return words, None   # `python` alone: the usual "no such file" error says it
+    dropped = " ".join([words[0], *options])
+    note = (f"running {rest[0]} in leaky's own Python; the leading `{dropped}` is not needed"
+            + (f" (its option{'s' if len(options) > 1 else ''} {' '.join(options)} "
+               f"{'are' if len(options) > 1 else 'is'} not applied)" if options else ""))
+    return rest, note
 
 
 def _count(text: str) -> int:

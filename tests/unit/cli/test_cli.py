@@ -107,6 +107,26 @@ def test_unusable_scripts_exit_2_with_one_line(tmp_path, capsys, body, reason):
     assert len(err.strip().splitlines()) <= 2  # rich may wrap one long line
 
 
+@pytest.mark.parametrize("interpreter", [["python"], ["python3", "-u"], [sys.executable, "-W", "ignore"]])
+def test_a_leading_python_is_dropped_with_a_line_saying_so(tmp_path, capsys, interpreter):
+    """`leaky audit python train.py 12`, as people type it after `python train.py 12`: the
+    script runs with its own arguments, and one line on stderr says what was left out."""
+    path = _script(tmp_path, HEALTHY)
+    assert main(["audit", "--steps", "5", "--", *interpreter, str(path), "12"]) == 0
+    captured = capsys.readouterr()
+    assert "script argv: ['12']" in captured.out and "No leaks found" in captured.out
+    assert f"running {path} in leaky's own Python" in captured.err
+    assert ("not applied" in captured.err) == (len(interpreter) > 1)
+    assert no_leaky_left() == []
+
+
+@pytest.mark.parametrize("words", [["python", "-m", "train"], ["python3", "-c", "print(1)"]])
+def test_python_dash_m_or_dash_c_is_not_a_script_and_exits_2(capsys, words):
+    assert main(["watch", *words]) == 2
+    err = capsys.readouterr().err
+    assert f"not `{' '.join(words)}`" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_script_that_raises_is_reported_up_to_that_point_and_exits_1(tmp_path, capsys):
     body = HEALTHY.replace("print(\"script finished\")", "raise ValueError('bad batch')")
     path = _script(tmp_path, body)
