@@ -102,7 +102,8 @@ def show_run(store, run_id: int) -> Group:
                 + (f" · commit {run['git_commit'][:10]}" if run.get("git_commit") else ""), style="dim")
     if run.get("error"):
         head.append(f"\nerror: {run['error']}", style="red")
-    cost = overhead_line(((store.report(run_id) or {}).get("run") or {}).get("overhead"))
+    report = store.report(run_id) or {}
+    cost = overhead_line((report.get("run") or {}).get("overhead"))
     if cost:
         head.append(f"\n{cost}", style="dim")
     nan = float("nan")
@@ -116,13 +117,20 @@ def show_run(store, run_id: int) -> Group:
                         f"{_measured(norms)}")
     listing = [Text(f"\nfindings, in the order they appeared ({len(findings)}):" if findings
                     else "\nno findings.\n", style="bold")]
+    steps_of = _steps_in_report(report)
     for f in findings:
         where = " · ".join(x for x in (f.get("module"), f.get("op")) if x)
         if f.get("source"):
             where += f" ({os.path.basename(f['source']['file'])}:{f['source']['line']})"
         text = Text()
-        text.append(f"step {f['first_step']}", style="bold")
-        text.append(f" (last seen {f['last_step']}) ", style="dim")
+        # NOTE: the step the finding names (a unit's first death, as the run's last line and
+        # its report say it), then the steps the watch's check passes found it at
+        own = steps_of.get(_where_key(f))
+        found = [f"found at step {f['first_step']}"] if own is not None and own != f["first_step"] else []
+        if f["last_step"] != f["first_step"]:
+            found.append(f"last seen {f['last_step']}")
+        text.append(f"step {f['first_step'] if own is None else own}", style="bold")
+        text.append(f" ({', '.join(found)}) " if found else " ", style="dim")
         text.append(f"{f['severity'].upper()} ", style=SEVERITY_STYLE.get(f["severity"], ""))
         text.append(f"{f['code']} {f['name']}  ", style="bold")
         text.append(where, style="dim")
@@ -133,6 +141,17 @@ def show_run(store, run_id: int) -> Group:
         text.append(f"\n    fix: {f['fix']}")
         listing.append(Hanging(text, indent=4))     # wrapped lines stay under the heading
     return Group(head, timeline, *listing)
+
+
+def _where_key(finding: dict) -> tuple:
+    source = finding.get("source") or {}
+    return finding.get("code"), finding.get("module"), finding.get("op"), source.get("file"), source.get("line")
+
+
+def _steps_in_report(report: dict) -> dict[tuple, int]:
+    """The step each finding of the run's stored report names, by its place."""
+    return {_where_key(f): f["step"] for f in report.get("findings") or []
+            if isinstance(f, dict) and isinstance(f.get("step"), int)}
 
 
 def _first(values):

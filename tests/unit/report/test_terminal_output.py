@@ -168,3 +168,26 @@ def test_leaky_show_keeps_a_stored_finding_s_lines_under_its_heading(tmp_path):
     wrapped = [line for line in listing if line and not line.startswith("step ")]
     assert len(wrapped) > 3 * len(headings)     # more lines than message, change and fix: some wrapped
     assert all(line.startswith("    ") and line[4] != " " for line in wrapped), "\n".join(listing)
+
+
+def test_leaky_show_names_the_step_the_report_names(tmp_path):
+    """A watched run's finding has the step it names (LK102: the first unit's death) and the
+    step a check pass found it at; `leaky show` leads with the first, as the run's last lines
+    and its JSON do, and adds the second where they differ."""
+    import leaky
+    from leaky.report.runs import show_run
+    from leaky.store import Store
+
+    with leaky.watch(every=5, store=tmp_path / "runs.db") as run:
+        get("relu-high-lr").run(steps=40, seed=0)
+    with Store(str(tmp_path / "runs.db")) as store:
+        rendered = on_terminal(show_run(store, run.run_id), width=300)
+        stored = {(f["code"], f["module"]): f for f in store.findings(run.run_id)}
+    named = [f for f in run.report.findings if f.step is not None]
+    assert named and any(f.step != stored[(f.code, f.module)]["first_step"] for f in named)
+    headings = [line for line in rendered.splitlines() if line.startswith("step ")]
+    for f in named:
+        first = stored[(f.code, f.module)]["first_step"]
+        line = next(h for h in headings if f" {f.code} " in h and (f.module or "") in h)
+        assert line.startswith(f"step {f.step} "), line
+        assert (f"found at step {first}" in line) == (first != f.step), line
