@@ -9,6 +9,14 @@ Each optimizer's loss is judged on its own (checks/_loss.py). An overflow is alw
 error. A rise or a growing oscillation is judged only where the objective holds still:
 not for players of an adversarial game, whose losses trade off, and, under a moving target
 (a synced target network), only within the periods between syncs.
+
+A trust-region policy objective (PPO's clipped surrogate: a clamp set against its own
+unclipped self on the loss path, record/clipping.py) does not hold still either: each
+rollout brings new data from the policy being trained, with advantages and returns
+estimated afresh, and the value loss's targets, the returns, grow as the agent improves.
+Its loss rising is then no evidence of harm (CleanRL's PPO on CartPole: the loss 20.8 →
+34.9 while the mean episode return went 25.5 → 61.1; lr × 0.1 halved the rise and stopped
+the learning), so a rise or a swing of such a loss is said as info, an overflow still an error.
 """
 from __future__ import annotations
 
@@ -30,8 +38,31 @@ from leaky.stats import AuditStats
           explained_by=("LK202", "LK107", "LK104", "LK105", "LK203"))
 def check(stats: AuditStats, config: AuditConfig, findings: list[Finding]) -> list[Finding]:
     found = causes(findings, explained_by("LK205"), update_direction="high", recurrence_direction="grows")
-    return each_objective(stats, config, lambda objective: with_cause(
-        _judge(stats, objective, config, found), stats, objective, found, "high", config))
+    region = _trust_region(stats)
+    return each_objective(stats, config, lambda objective: _on_policy(with_cause(
+        _judge(stats, objective, config, found), stats, objective, found, "high", config), region))
+
+
+def _trust_region(stats: AuditStats):
+    """The max/min op that sets a clamp against its own unclipped self on the loss path
+    (PPO's clipped surrogate, record/clipping.py), or None."""
+    return next((op for op in stats.ops if op.detail.get("clips")), None)
+
+
+def _on_policy(finding: Finding | None, region) -> Finding | None:
+    """A rise or swing of a trust-region policy objective's loss: info (see the module doc)."""
+    if finding is None or region is None or "nonfinite_step" in finding.evidence or \
+            finding.evidence.get("explained_by") or finding.severity is Severity.INFO:
+        return finding   # NOTE: a mechanism measured (an update larger than its weight, a growing gradient) stays
+    where = f" at {region.source.file.rsplit('/', 1)[-1]}:{region.source.line}" if region.source else ""
+    message = (finding.message + f" The loss is a trust-region policy objective (a clipped surrogate{where}): each "
+               "rollout brings new data from the policy being trained, and its returns, the value loss's targets, "
+               "grow as the policy improves, so its level rising is no evidence of harm. Judge the run by its "
+               "returns.")
+    fix = ("Nothing to fix if the returns are rising. If they are not, lower the learning rate or the number of "
+           "update epochs per rollout.")
+    return replace(finding, severity=Severity.INFO, message=message, fix=fix, cause=None,
+                   evidence={**finding.evidence, "on_policy": True})
 
 
 def _weights_first(stats: AuditStats, curve) -> str:

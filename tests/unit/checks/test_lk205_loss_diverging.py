@@ -40,3 +40,58 @@ def test_lk205_a_loss_that_overflows_is_an_error():
 def test_lk205_a_mild_rise_and_a_short_run_are_quiet():
     quiet("LK205", _curve([1.0 + 0.008 * i for i in range(40)]))   # 1.28×: below loss_rise_factor (1.5)
     quiet("LK205", _curve([0.5 + 0.3 * i for i in range(10)]))     # fewer steps than loss_min_steps (20)
+
+
+# -- a trust-region policy objective, on a real model ---------------------------------------
+def _actor_critic(clipped: bool, steps: int = 64, lr: float = 3e-4):
+    """A PPO-style update on synthetic rollouts: every 4 steps a new rollout, whose returns
+    grow as an improving agent's do (the value loss's targets), advantages normalised per
+    batch. `clipped`: PPO's clipped surrogate (a clamp set against its own unclipped self);
+    else a plain policy-gradient term. Returns the audit's LK205 findings."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import leaky
+
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(4, 32), nn.Tanh())
+    actor, critic = nn.Linear(32, 2), nn.Linear(32, 1)
+    params = [*body.parameters(), *actor.parameters(), *critic.parameters()]
+    opt = torch.optim.Adam(params, lr=lr, eps=1e-5)
+    with leaky.audit(steps=steps) as run:
+        for step in range(steps):
+            if step % 4 == 0:   # a new rollout from the policy being trained
+                obs = torch.randn(64, 4)
+                with torch.no_grad():
+                    old = F.log_softmax(actor(body(obs)), -1)
+                actions = torch.randint(0, 2, (64,))
+                returns = (10.0 + 0.5 * step) * (1.0 + 0.1 * torch.randn(64))
+                adv = torch.randn(64)
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            h = body(obs)
+            logp = F.log_softmax(actor(h), -1).gather(1, actions[:, None]).squeeze(1)
+            ratio = (logp - old.gather(1, actions[:, None]).squeeze(1)).exp()
+            if clipped:
+                policy = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.2)).mean()
+            else:
+                policy = (-adv * logp).mean()
+            value = 0.5 * ((critic(h).squeeze(1) - returns) ** 2).mean()
+            loss = policy + 0.5 * value
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+    return [f for f in run.report.findings if f.code == "LK205"]
+
+
+def test_lk205_a_ppo_loss_rising_with_its_returns_is_info_and_a_plain_objective_s_is_not():
+    """The returns grow 10 → 41.5 over the rollouts, so the value loss rises (the critic,
+    clipped to 0.5 a step, trails them): with PPO's clipped surrogate the rise is said as info
+    (the objective moves with each rollout); the same rise without the trust region, a
+    regression onto targets leaky cannot tell from a fixed dataset's, stays a warning."""
+    (ppo,) = _actor_critic(clipped=True)
+    assert ppo.severity is Severity.INFO and ppo.evidence["on_policy"] and ppo.cause is None
+    assert "trust-region policy objective" in ppo.message and "rose from" in ppo.message
+    (plain,) = _actor_critic(clipped=False)
+    assert plain.severity is Severity.WARNING and "on_policy" not in plain.evidence
