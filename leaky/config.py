@@ -61,6 +61,11 @@ class AuditConfig:
     dead_info: float = 0.25
     dead_warning: float = 0.4
     dead_error: float = 0.6
+    # ...but an error only while the loss shows the harm: when the run's one loss ended at or
+    # below this share of its start (halved: far better than where it began; pytorch/examples
+    # mnist and a Lightning CNN fit their data with 64-79% of a layer dead), the live units
+    # carry the fit, and the dead ones are capacity lost: a warning.
+    dead_fit_share: float = 0.5
     # LK102: what happened just before the units died (Karpathy's "knocked off by a large
     # update"): a gradient norm this many times its median over the earlier steps is "a
     # spike"; an update this large a share of a weight's norm (||dw||/||w||) is a large

@@ -8,6 +8,11 @@ when it did not fire in the trailing window of observed steps; when it fired ear
 died after the last observed step where it fired and by the next observed step: the same
 step in an audit, which observes every step, N steps apart under `watch(every=N)`. Some
 inactive units are normal, hence the per-layer share thresholds and a minimum sample count.
+
+A share above `dead_error` is an error only while the loss shows the harm: when the run's
+one loss fell to `dead_fit_share` of its start or below, the live units carry the fit and
+the finding is a warning that says so (pytorch/examples' mnist: 79% of fc1 dead after
+Adadelta's first updates, 100% accuracy all the same).
 """
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ import statistics
 
 from leaky.checks import headline, register
 from leaky.checks._layers import activation_of
+from leaky.checks._loss import curve_of, objectives
 from leaky.checks._optim import lr_cause
-from leaky.checks._util import pct, severity_above
+from leaky.checks._util import num, pct, severity_above
 from leaky.config import AuditConfig
 from leaky.finding import Cause, Finding, Severity
 from leaky.stats import AuditStats
@@ -209,6 +215,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = Severity.INFO
         if severity is None:
             continue
+        fit = _fit_anyway(stats, config) if severity is Severity.ERROR else None
+        if fit is not None:
+            severity = Severity.WARNING
         params = _layer_params(stats, act.module)
         when, step, died_between = _when(stats, act, config, params)
         from_start = act.dead_units - len(act.died_steps)
@@ -222,8 +231,12 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                    f"({act.dead_units}) output 0 for all ~{window_samples} samples of the last "
                    f"{act.window} observed steps{_window(act)}; relu'(x) = 0 for x ≤ 0, so they get no "
                    f"gradient and cannot recover.{when}")
+        if fit is not None:
+            message += (f" The loss fell from {num(fit[0])} to {num(fit[1])} over the run all the same: the live "
+                        "units carry the fit, and the dead ones are capacity lost (a warning, not an error).")
         fix = _FIX_FROM_START if 2 * from_start > act.dead_units else _FIX
         evidence = {"dead_units": act.dead_units, "units": act.units, "dead_share": share,
+                    **({"loss_start": fit[0], "loss_end": fit[1]} if fit is not None else {}),
                     "window_steps": act.window, "window_samples": window_samples,
                     "died_during_observation": len(act.died_steps), "dead_from_start": from_start,
                     "first_death_step": step,
@@ -231,6 +244,19 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         findings.append(Finding("dead-units", "LK102", severity, message, fix, act.module, act.op,
                                 act.source, step, evidence, cause))
     return findings
+
+
+def _fit_anyway(stats: AuditStats, config: AuditConfig) -> tuple[float, float] | None:
+    """(start, end) of the run's one loss when it ended at or below `dead_fit_share` of its
+    start (the means of its first and last tenth, checks/_loss.py), else None. Not judged
+    with several objectives (whose loss trains this layer is not known here)."""
+    found = objectives(stats, config)
+    if len(found) != 1:
+        return None
+    curve = curve_of(found[0].rows, config.loss_min_steps)
+    if curve is None or curve.nonfinite_step is not None or not curve.start > 0 or not curve.end >= 0:
+        return None
+    return (curve.start, curve.end) if curve.end <= config.dead_fit_share * curve.start else None
 
 
 @headline("LK102", "dead units")

@@ -1,6 +1,7 @@
 """LK102 dead-units on hand-built stats: stats that must trigger it and stats that a naive rule
 would misread but that must not (ruff-style fixtures, no training run). The zoo's training runs
-(tests/e2e/test_checks_zoo.py) test the same checks end to end."""
+(tests/e2e/test_checks_zoo.py) test the same checks end to end; the last test here trains a
+real model, since whether the loss shows the harm is read from its run."""
 from __future__ import annotations
 
 from leaky.finding import Severity
@@ -56,3 +57,43 @@ def test_lk102_a_small_bump_or_lr_step_before_the_deaths_is_not_a_spike():
     assert "Nothing unusual was measured at step 9." in finding.message
     jumped = fires("LK102", _died_at_step_10(lr_at_9=3e-3))
     assert "the learning rate jumped from 0.001 to 0.003" in jumped.message
+
+
+# -- an error only while the loss shows the harm (a real run) ------------------------------
+def _killed_layer_run(learnable: bool):
+    """A real CNN-free classifier whose hidden ReLU layer has 48 of its 64 units dead from
+    the start (their bias far below any pre-activation): 75%, over dead_error. `learnable`:
+    labels a function of the input, which the 16 live units fit (the loss falls far);
+    else random labels on fresh inputs (chance: the loss stays)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import leaky
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2))
+    with torch.no_grad():
+        model[0].bias[:48] = -1e3
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(1)
+    x_fixed = torch.randn(64, 8, generator=gen)
+    with leaky.audit(steps=60) as run:
+        for _ in range(60):
+            x = x_fixed if learnable else torch.randn(64, 8, generator=gen)
+            y = (x[:, 0] > 0).long() if learnable else torch.randint(0, 2, (64,), generator=gen)
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (finding,) = [f for f in run.report.findings if f.code == "LK102"]
+    return finding
+
+
+def test_lk102_most_of_a_layer_dead_while_the_loss_falls_far_is_a_warning_that_says_so():
+    fitted = _killed_layer_run(learnable=True)
+    assert fitted.severity is Severity.WARNING and fitted.evidence["dead_units"] == 48
+    assert fitted.evidence["loss_end"] <= 0.5 * fitted.evidence["loss_start"]
+    assert "the live units carry the fit" in fitted.message
+    stuck = _killed_layer_run(learnable=False)
+    assert stuck.severity is Severity.ERROR and "loss_end" not in stuck.evidence
