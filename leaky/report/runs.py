@@ -113,8 +113,9 @@ def show_run(store, run_id: int) -> Group:
     if steps:
         timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}"
                         f"{_measured(losses)}\n")
+        clipped = ((report.get("run") or {}).get("overhead") or {}).get("norms_from_clip")
         timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}"
-                        f"{_measured(norms)}")
+                        f"{_measured(norms)}" + ("  (after the script's clip_grad_norm_)" if clipped else ""))
     listing = [Text(f"\nfindings, in the order they appeared ({len(findings)}):" if findings
                     else "\nno findings.\n", style="bold")]
     steps_of = _steps_in_report(report)

@@ -206,7 +206,7 @@ class FlowTable:
                           num(row["gain"]), pct(row["zeroed_share"]), pct(row["dead_share"]),
                           pct(row["saturated_share"]))
         if self.more > 0:
-            table.caption = f"{self.more} more modules in the JSON report"
+            table.caption = f"{self.more} more modules in the JSON report (--json PATH) and the HTML one (--html PATH)"
         return table
 
 

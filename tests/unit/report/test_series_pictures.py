@@ -70,13 +70,17 @@ def test_steps_without_a_norm_are_left_out_of_the_pictures_not_drawn_as_non_fini
 
 def test_a_norm_held_at_a_clip_s_limit_is_a_level_line(tmp_path):
     path = tmp_path / "runs.db"
-    run_id = _watched(path, steps=30, norm_every=1, clip=0.3)
+    run_id = _watched(path, steps=30, norm_every=4, clip=0.3)   # the clip gives the norm between
     shown, steps = _shown(path, run_id)
     norms = [s["grad_norm"] for s in steps]
     assert all(n == pytest.approx(0.3, rel=1e-4) for n in norms)
     assert len(set(norms)) > 1          # not all the same float: the picture must not swing
-    bars = re.match(r"grad norm (\S+)", _line(shown, "grad norm")).group(1)
-    assert len(set(bars)) == 1 and "0.3 → 0.3" in _line(shown, "grad norm")
+    line = _line(shown, "grad norm")
+    bars = re.match(r"grad norm (\S+)", line).group(1)
+    assert len(set(bars)) == 1 and "0.3 → 0.3" in line
+    assert "(after the script's clip_grad_norm_)" in line and "taken on" not in line
+    unclipped, _ = _shown(path, _watched(path, steps=30, norm_every=4))
+    assert "clip_grad_norm_" not in _line(unclipped, "grad norm")
 
 
 def test_a_non_finite_value_is_a_cross_and_a_missing_one_is_skipped():
