@@ -247,16 +247,20 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
 
 
 def _fit_anyway(stats: AuditStats, config: AuditConfig) -> tuple[float, float] | None:
-    """(start, end) of the run's one loss when it ended at or below `dead_fit_share` of its
-    start (the means of its first and last tenth, checks/_loss.py), else None. Not judged
-    with several objectives (whose loss trains this layer is not known here)."""
+    """(start, end) of the run's one loss when it ended at or below `dead_fit_share` of where
+    it began, else None. The end: the mean of its last tenth (checks/_loss.py); the start:
+    the least of its first tenth, so that a loss that blew up in its first steps (a rate far
+    too high: 2.3 → 317 → back to 2.3, chance) is not read as one that fell. Not judged with
+    several objectives (whose loss trains this layer is not known here)."""
     found = objectives(stats, config)
     if len(found) != 1:
         return None
-    curve = curve_of(found[0].rows, config.loss_min_steps)
-    if curve is None or curve.nonfinite_step is not None or not curve.start > 0 or not curve.end >= 0:
+    rows = found[0].rows
+    curve = curve_of(rows, config.loss_min_steps)
+    if curve is None or curve.nonfinite_step is not None or not curve.end >= 0:
         return None
-    return (curve.start, curve.end) if curve.end <= config.dead_fit_share * curve.start else None
+    start = min(loss for _, loss in rows[:max(3, len(rows) // 10)])
+    return (start, curve.end) if start > 0 and curve.end <= config.dead_fit_share * start else None
 
 
 @headline("LK102", "dead units")

@@ -97,3 +97,15 @@ def test_lk102_most_of_a_layer_dead_while_the_loss_falls_far_is_a_warning_that_s
     assert "the live units carry the fit" in fitted.message
     stuck = _killed_layer_run(learnable=False)
     assert stuck.severity is Severity.ERROR and "loss_end" not in stuck.evidence
+
+
+def test_lk102_a_loss_that_blew_up_and_came_back_to_chance_did_not_fall():
+    """Karpathy's dead ReLUs: lr 10 drives the loss 2.3 → 317 in two steps, then back to
+    2.3 (chance) with every unit dead; the mean of its first tenth (112) is no start to
+    measure a fall from, so the finding stays an error."""
+    from leaky.demo import audit_example
+    from leaky.zoo import get
+
+    report = audit_example(get("relu-high-lr"), steps=20)
+    dead = [f for f in report.findings if f.code == "LK102"]
+    assert dead and all(f.severity is Severity.ERROR and "loss_end" not in f.evidence for f in dead)
