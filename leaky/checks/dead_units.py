@@ -232,8 +232,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
                    f"{act.window} observed steps{_window(act)}; relu'(x) = 0 for x ≤ 0, so they get no "
                    f"gradient and cannot recover.{when}")
         if fit is not None:
-            message += (f" The loss fell from {num(fit[0])} to {num(fit[1])} over the run all the same: the live "
-                        "units carry the fit, and the dead ones are capacity lost (a warning, not an error).")
+            message += (f" The loss fell from {num(fit[0])} (its least in the first tenth of the run) to "
+                        f"{num(fit[1])} (the mean of its last tenth) all the same: the live units carry the fit, "
+                        "and the dead ones are capacity lost (a warning, not an error).")
         fix = _FIX_FROM_START if 2 * from_start > act.dead_units else _FIX
         evidence = {"dead_units": act.dead_units, "units": act.units, "dead_share": share,
                     **({"loss_start": fit[0], "loss_end": fit[1]} if fit is not None else {}),
