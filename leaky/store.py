@@ -240,19 +240,22 @@ class Store:
                NO_LINE if source.get("line") is None else int(source["line"]))
         step = finding.get("step") if step is None else step
         cause = finding.get("cause")
-        body = (finding.get("severity"), finding.get("message"),
+        # NOTE: the fix too: a finding seen again may say something else (LK202's "lower the
+        # rate" becomes "nothing to change while the loss keeps falling"), and `leaky show`
+        # must give the fix the run's last lines give
+        body = (finding.get("severity"), finding.get("message"), finding.get("fix"),
                 json.dumps(finding.get("evidence") or {}, default=str),
                 None if not cause else json.dumps(cause, default=str))
         with self._write() as conn:
             cur = conn.execute(
-                "INSERT OR IGNORE INTO findings (run_id, code, module, op, file, line, name, fix,"
-                " first_step, last_step, severity, message, evidence, cause)"
+                "INSERT OR IGNORE INTO findings (run_id, code, module, op, file, line, name,"
+                " first_step, last_step, severity, message, fix, evidence, cause)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*key, finding.get("name"), finding.get("fix"), step, step, *body))
+                (*key, finding.get("name"), step, step, *body))
             if cur.rowcount == 1:
                 return True
             conn.execute(
-                "UPDATE findings SET severity = ?, message = ?, evidence = ?, cause = ?,"
+                "UPDATE findings SET severity = ?, message = ?, fix = ?, evidence = ?, cause = ?,"
                 " last_step = coalesce(?, last_step), first_step = coalesce(first_step, ?)"
                 " WHERE run_id = ? AND code = ? AND module = ? AND op = ? AND file = ? AND line = ?",
                 (*body, step, step, *key))

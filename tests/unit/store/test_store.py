@@ -27,10 +27,11 @@ def _start(store: Store, script: str = "train.py") -> int:
                            device="cpu", git_commit=None)
 
 
-def _finding(code="LK101", module=None, severity="warning", source=None, message="m", evidence=None):
+def _finding(code="LK101", module=None, severity="warning", source=None, message="m", evidence=None,
+             fix="use leaky_relu"):
     return {"name": "dead-zone", "code": code, "severity": severity, "module": module, "op": None,
             "source": source, "step": None, "message": message, "evidence": evidence or {},
-            "fix": "use leaky_relu"}
+            "fix": fix}
 
 
 def _user_version(path) -> int:
@@ -109,7 +110,7 @@ def test_findings_new_then_updated(tmp_path):
         run = _start(store)
         assert store.record_finding(run, _finding(module=None), step=3) is True
         assert store.record_finding(run, _finding(module=None, severity="error", message="worse",
-                                                  evidence={"share": 0.9}), step=9) is False
+                                                  evidence={"share": 0.9}, fix="lower the rate"), step=9) is False
         assert store.record_finding(run, _finding(module="", source=src), step=5) is True   # root != None
         assert store.record_finding(run, _finding(module="fc1", source=src), step=5) is True
         assert store.record_finding(run, _finding(module="fc1", source=src), step=None) is False
@@ -122,7 +123,7 @@ def test_findings_new_then_updated(tmp_path):
         assert model_wide["module"] is None and model_wide["source"] is None and model_wide["op"] is None
         assert (model_wide["first_step"], model_wide["last_step"]) == (3, 9)
         assert model_wide["severity"] == "error" and model_wide["message"] == "worse"
-        assert model_wide["evidence"] == {"share": 0.9} and model_wide["fix"] == "use leaky_relu"
+        assert model_wide["evidence"] == {"share": 0.9} and model_wide["fix"] == "lower the rate"   # the last said
         assert {f["module"] for f in found[1:]} == {"", "fc1"}
         assert all(f["source"] == src and (f["first_step"], f["last_step"]) == (5, 5) for f in found[1:])
         counts = store.run(run)
