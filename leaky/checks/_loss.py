@@ -161,6 +161,17 @@ def curve_of(rows, min_steps: int) -> LossCurve | None:
     return LossCurve(len(rows), start, end, finite[0][0], finite[-1][0], bad)
 
 
+def too_few_losses(stats: AuditStats, index: int | None, config: AuditConfig) -> str:
+    """Why the verdict is provisional, when this optimizer's own loss series is still too short
+    (fewer than `loss_min_steps`) to tell whether the loss falls: a watch's pass early in the
+    run, which must not announce a warning that the losses still to come would withdraw."""
+    objective = next((o for o in objectives(stats, config) if o.optimizer == index), None)
+    if objective is None or len(objective.rows) >= config.loss_min_steps:
+        return ""
+    return (f"whether the loss falls is judged on {config.loss_min_steps} or more losses; "
+            f"{len(objective.rows)} seen so far")
+
+
 def whose(stats: AuditStats, objective: Objective) -> str:
     """'' for a run with one objective; else the optimizer it belongs to, in words."""
     if objective.optimizer is None or len({row.optimizer for row in stats.series if row.loss is not None}) < 2:

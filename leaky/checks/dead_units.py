@@ -20,7 +20,7 @@ import statistics
 
 from leaky.checks import headline, register
 from leaky.checks._layers import activation_of
-from leaky.checks._loss import curve_of, objectives
+from leaky.checks._loss import curve_of, objectives, too_few_losses
 from leaky.checks._optim import lr_cause
 from leaky.checks._util import num, pct, severity_above
 from leaky.config import AuditConfig
@@ -218,6 +218,9 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         fit = _fit_anyway(stats, config) if severity is Severity.ERROR else None
         if fit is not None:
             severity = Severity.WARNING
+        # NOTE: an error whose loss is still too short to say whether it falls is provisional:
+        # a watch's pass early in the run does not announce it (nor stop a --fail-fast run on it)
+        undecided = _too_early(stats, config) if severity is Severity.ERROR else ""
         params = _layer_params(stats, act.module)
         when, step, died_between = _when(stats, act, config, params)
         from_start = act.dead_units - len(act.died_steps)
@@ -238,6 +241,7 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
         fix = _FIX_FROM_START if 2 * from_start > act.dead_units else _FIX
         evidence = {"dead_units": act.dead_units, "units": act.units, "dead_share": share,
                     **({"loss_start": fit[0], "loss_end": fit[1]} if fit is not None else {}),
+                    **({"provisional": undecided} if undecided else {}),
                     "window_steps": act.window, "window_samples": window_samples,
                     "died_during_observation": len(act.died_steps), "dead_from_start": from_start,
                     "first_death_step": step,
@@ -262,6 +266,12 @@ def _fit_anyway(stats: AuditStats, config: AuditConfig) -> tuple[float, float] |
         return None
     start = min(loss for _, loss in rows[:max(3, len(rows) // 10)])
     return (start, curve.end) if start > 0 and curve.end <= config.dead_fit_share * start else None
+
+
+def _too_early(stats: AuditStats, config: AuditConfig) -> str:
+    """Why an error is provisional: the run's one loss has too few steps yet to judge its fall."""
+    found = objectives(stats, config)
+    return too_few_losses(stats, found[0].optimizer, config) if len(found) == 1 else ""
 
 
 @headline("LK102", "dead units")

@@ -32,7 +32,7 @@ import statistics
 
 from leaky.checks import headline, note, register
 from leaky.checks._collapse import collapsed_optimizers
-from leaky.checks._loss import change_bound, curve_of, objectives
+from leaky.checks._loss import change_bound, curve_of, objectives, too_few_losses
 from leaky.checks._optim import (group_lrs, lr_cause, lr_origin, lrs_in_force, optimizer_label, optimizer_of,
                                  stepped_every_batch)
 from leaky.checks._util import line_of, num, severity_above
@@ -138,7 +138,7 @@ def _high(param: ParamStats, severity, config: AuditConfig, stats: AuditStats) -
     collapse = _collapse_clause(stats, param.optimizer, config, falling)
     if collapse:
         falling = ""    # NOTE: −log p(a)·A falls toward 0 as p(a) → 1 whether the return improves or not
-    undecided = "" if falling else _too_few_losses(stats, param.optimizer, config)
+    undecided = "" if falling else too_few_losses(stats, param.optimizer, config)
     if severity is Severity.INFO and not falling:
         return _first_step_only(param, message, source, origin, config, stats)
     if falling:
@@ -200,7 +200,7 @@ def _too_slow(slow: list[tuple[ParamStats, dict]], config: AuditConfig, stats: A
                f"{_count(measure['steps_to_change_at_bound'])} even if every step moved it the most the rule allows: "
                f"the learning rate is too small for it to train.{others}")
     severity, falls = _falling(stats, param.optimizer, config)
-    undecided = "" if severity is Severity.INFO else _too_few_losses(stats, param.optimizer, config)
+    undecided = "" if severity is Severity.INFO else too_few_losses(stats, param.optimizer, config)
     source, origin = lr_origin(stats, param, "low", config)
     fix = (f"Raise the learning rate: with {optimizer.kind}, lr ≈ 1e-3 × rms(w) (here ~{num(1e-3 * measure['weight_rms'])}) "
            "moves a weight by ~1e-3× its norm per step; 1e-4 to 1e-3 is usual from scratch, 1e-5 for fine-tuning.")
@@ -262,17 +262,6 @@ def _evidence(param: ParamStats, config: AuditConfig) -> dict:
     return {"parameter": param.name, "median_ratio": param.update_ratio, "max_ratio": param.update_ratio_max,
             "band": [config.update_low, config.update_high_warning], "sampled_steps": len(param.update_ratios),
             "ratios": [{"step": s, "ratio": r} for s, r in param.update_ratios[-16:]]}
-
-
-def _too_few_losses(stats: AuditStats, index: int | None, config: AuditConfig) -> str:
-    """Why the verdict is provisional, when this optimizer's own loss series is still too short
-    (fewer than `loss_min_steps`) to tell whether the loss falls: a watch's pass early in the
-    run, which must not announce a warning that the losses still to come would withdraw."""
-    objective = next((o for o in objectives(stats, config) if o.optimizer == index), None)
-    if objective is None or len(objective.rows) >= config.loss_min_steps:
-        return ""
-    return (f"whether the loss falls is judged on {config.loss_min_steps} or more losses; "
-            f"{len(objective.rows)} seen so far")
 
 
 def _still_falling(stats: AuditStats, index: int | None, config: AuditConfig) -> str:

@@ -60,7 +60,7 @@ def test_lk102_a_small_bump_or_lr_step_before_the_deaths_is_not_a_spike():
 
 
 # -- an error only while the loss shows the harm (a real run) ------------------------------
-def _killed_layer_run(learnable: bool):
+def _killed_layer_run(learnable: bool, watch: dict | None = None):
     """A real CNN-free classifier whose hidden ReLU layer has 48 of its 64 units dead from
     the start (their bias far below any pre-activation): 75%, over dead_error. `learnable`:
     labels a function of the input, which the 16 live units fit (the loss falls far);
@@ -78,7 +78,7 @@ def _killed_layer_run(learnable: bool):
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1)
     x_fixed = torch.randn(64, 8, generator=gen)
-    with leaky.audit(steps=60) as run:
+    with (leaky.watch(**watch) if watch is not None else leaky.audit(steps=60)) as run:
         for _ in range(60):
             x = x_fixed if learnable else torch.randn(64, 8, generator=gen)
             y = (x[:, 0] > 0).long() if learnable else torch.randint(0, 2, (64,), generator=gen)
@@ -87,7 +87,7 @@ def _killed_layer_run(learnable: bool):
             loss.backward()
             opt.step()
     (finding,) = [f for f in run.report.findings if f.code == "LK102"]
-    return finding
+    return (finding, run) if watch is not None else finding
 
 
 def test_lk102_most_of_a_layer_dead_while_the_loss_falls_far_is_a_warning_that_says_so():
@@ -109,3 +109,15 @@ def test_lk102_a_loss_that_blew_up_and_came_back_to_chance_did_not_fall():
     report = audit_example(get("relu-high-lr"), steps=20)
     dead = [f for f in report.findings if f.code == "LK102"]
     assert dead and all(f.severity is Severity.ERROR and "loss_end" not in f.evidence for f in dead)
+
+
+def test_lk102_an_error_a_watch_would_withdraw_is_not_announced_early(tmp_path):
+    """A watch's pass at step 10 sees most of the layer dead and 11 losses, too few to say
+    whether the loss falls: the error is provisional, not announced, and --fail-fast does not
+    stop the run; by the end the loss has fallen far and the finding is the warning."""
+    fitted, run = _killed_layer_run(learnable=True, watch={"every": 5, "fail_fast": True,
+                                                           "store": tmp_path / "runs.db"})
+    assert fitted.severity is Severity.WARNING and "provisional" not in fitted.evidence
+    assert run.report.run["steps"] == 60      # not stopped early
+    told = [f for f in run.announced.values() if f.code == "LK102"]
+    assert told and all(f.severity is Severity.WARNING for f in told), told
