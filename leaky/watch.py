@@ -120,6 +120,7 @@ class Watch(Audit):
     def __exit__(self, exc_type, exc, tb) -> bool:
         overhead = self.recorder.schedule.summary()   # before the report is built
         overhead["norms_from_clip"] = self.recorder.monitor.offered_used
+        overhead["optimizer_steps"] = self.recorder.monitor.optimizer_steps
         self.run_info["overhead"] = overhead
         super().__exit__(exc_type, exc, tb)
         self._announce(self.report.findings, self._last_step())

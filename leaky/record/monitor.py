@@ -86,6 +86,7 @@ class StepMonitor:
         self._flushed_at = float("-inf")
         self._offered: tuple[Tensor, int] | None = None   # the script's own norm this step (offer)
         self.offered_used = 0   # steps whose norm was the script's
+        self.optimizer_steps = 0   # steps ended by an optimizer's step (none: no gradient norm to take)
         self._counts: dict[tuple, int] = {}   # (id(optimizer), its groups) -> its parameters
         # the steps not yet copied to the host: their rows, loss and grad_norm still 0-d device tensors
         self.pending: list[SeriesRow] = []
@@ -171,6 +172,7 @@ class StepMonitor:
                     torch._C._set_grad_enabled(grad_on)
             self.norm_seconds = self.clock() - start
         lr = _learning_rate(optimizer)
+        self.optimizer_steps += optimizer is not None
         self.pending.append(SeriesRow(step, self.loss, norm, lr, index, self.terms))
         self.loss, self.terms, self._zeroed = None, None, False
 

@@ -30,9 +30,13 @@ def overhead_line(section: dict | None) -> str | None:
     if monitor is not None:
         norm = section.get("norm_every") or 1
         clipped = section.get("norms_from_clip") or 0
-        parts.append(f"every step +{_ms(monitor)} for the loss and " +
-                     ("the gradient norm" if norm == 1 else f"the gradient norm every {norm} steps (the budget's limit)"
-                      + (f"; on {clipped} other steps the script's clip_grad_norm_ gave it" if clipped else "")))
+        if section.get("optimizer_steps") == 0:   # parameters updated by hand: no optimizer, no norm taken
+            parts.append(f"every step +{_ms(monitor)} for the loss (no optimizer step, so no gradient norm)")
+        else:
+            parts.append(f"every step +{_ms(monitor)} for the loss and " +
+                         ("the gradient norm" if norm == 1 else
+                          f"the gradient norm every {norm} steps (the budget's limit)"
+                          + (f"; on {clipped} other steps the script's clip_grad_norm_ gave it" if clipped else "")))
         budget = section.get("budget") if section.get("schedule") == "budget" else None
         if budget and plain and monitor / plain >= budget:
             parts.append(f"on this model's {_ms(plain)} step that alone is {_pct(monitor / plain)}, over the budget: "

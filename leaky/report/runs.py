@@ -114,8 +114,13 @@ def show_run(store, run_id: int) -> Group:
         timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}"
                         f"{_measured(losses)}\n")
         clipped = ((report.get("run") or {}).get("overhead") or {}).get("norms_from_clip")
-        timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}"
-                        f"{_measured(norms)}" + ("  (after the script's clip_grad_norm_)" if clipped else ""))
+        if any(v is not None for v in norms):
+            timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}"
+                            f"{_measured(norms)}" + ("  (after the script's clip_grad_norm_)" if clipped else ""))
+        else:
+            timeline.append("grad norm not measured (no optimizer step: the parameters were updated by hand)"
+                            if ((report.get("run") or {}).get("overhead") or {}).get("optimizer_steps") == 0
+                            else "grad norm not measured")
     listing = [Text(f"\nfindings, in the order they appeared ({len(findings)}):" if findings
                     else "\nno findings.\n", style="bold")]
     steps_of = _steps_in_report(report)

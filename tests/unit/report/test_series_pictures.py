@@ -90,3 +90,32 @@ def test_a_non_finite_value_is_a_cross_and_a_missing_one_is_skipped():
     assert sparkline([nan, None]) == "×"
     many = [float(i) for i in range(600)]
     assert len(sparkline(many, width=60)) == 60 and sparkline(many, width=60)[0] == "▁"
+
+
+def test_a_run_without_an_optimizer_says_it_has_no_gradient_norm(tmp_path):
+    """The classic char-RNN tutorial updates its parameters by hand (p.data.add_(p.grad, alpha=-lr)):
+    no optimizer step, so the monitor has no gradient norm to take, and neither the last line
+    nor `leaky show` may claim one."""
+    from leaky.report.overhead import overhead_line
+
+    path = tmp_path / "runs.db"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    with leaky.watch(every=10**6, store=path) as run:
+        for _ in range(30):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            model.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.05)
+    overhead = run.report.run["overhead"]
+    assert overhead["optimizer_steps"] == 0
+    assert "for the loss (no optimizer step, so no gradient norm)" in overhead_line(overhead)
+    shown, steps = _shown(path, run.run_id)
+    assert all(s["grad_norm"] is None for s in steps)
+    assert _line(shown, "grad norm") == "grad norm not measured (no optimizer step: the parameters were updated by hand)"
+    assert no_leaky_left() == []
+    with_optimizer = _watched(tmp_path / "other.db", steps=12, norm_every=1)
+    with Store(str(tmp_path / "other.db")) as store:
+        assert store.report(with_optimizer)["run"]["overhead"]["optimizer_steps"] == 12
