@@ -225,6 +225,9 @@ class Schedule:
             "steps": self.steps,
             "sampled_steps": self.sampled,
             "plain_step_ms": _ms(plain),
+            # NOTE: the mean differs from the median where the script works between steps (an
+            # RL rollout, an evaluation): that time is plain time too, and the budget's share of it
+            "plain_mean_ms": _ms(self.plain_total() / self.steps) if self.steps and self.plain_total() else None,
             "monitor_ms": _ms(monitor),
             "sampled_extra_ms": _ms(extra),
             "first_step_extra_ms": _ms(self.first_extra()),

@@ -59,6 +59,19 @@ def test_the_line_says_when_the_monitor_alone_is_over_the_budget():
     assert overhead_line(None) is None
 
 
+@pytest.mark.parametrize("mean, over", [(1.05, True), (6.0, False)])
+def test_the_monitor_is_over_the_budget_against_the_mean_plain_step(mean, over):
+    """CleanRL's PPO: 2.8 ms updates between rollouts. The budget is a share of all the plain
+    time, rollouts included, so the monitor's 0.05 ms is 0.8% of a 6 ms mean step, not 5% of
+    the 1 ms median: not over the budget, and the line must not say it is."""
+    line = overhead_line({"schedule": "budget", "budget": 0.02, "measured": 0.02, "steps": 600, "sampled_steps": 1,
+                          "plain_step_ms": 1.0, "plain_mean_ms": mean, "monitor_ms": 0.05, "sampled_extra_ms": 9.0,
+                          "first_step_extra_ms": 30.0, "norm_every": 64, "every": None, "reason": None})
+    assert ("over the budget" in line) is over
+    if over:
+        assert "this model's 1.05 ms step that alone is 4.8%" in line
+
+
 @pytest.mark.parametrize("sampled, steps, told", [(1, 90, True), (1, 5, False), (3, 900, False)])
 def test_the_line_says_when_only_the_first_step_was_observed(sampled, steps, told):
     line = overhead_line({"schedule": "budget", "budget": 0.02, "measured": 0.016, "steps": steps,
