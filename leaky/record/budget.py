@@ -44,6 +44,9 @@ NORM_MOST = 64     # with the norm on a schedule: taken at least once every NORM
 MONITOR_SHARE = 0.5
 
 
+ROUND_MOST = 8   # a sampled round's steps at most (Schedule.round_steps)
+
+
 class Schedule:
     """Measures steps, and says which step is sampled and when the monitor takes the norm."""
 
@@ -72,6 +75,8 @@ class Schedule:
         self.spent_sampled = 0.0     # sampled steps' measured extra, summed (not the first step's)
         self.plain_sum = 0.0         # unsampled steps' plain time, summed
         self._end_work = 0.0         # the time leaky spent in this step's end (fold, probes, checks)
+        self._stepped_at: dict[int, int] = {}   # optimizer index -> the step it last stepped at
+        self._gaps: dict[int, int] = {}         # optimizer index -> the steps between its last two
 
     # -- fed by the recorder -------------------------------------------------------------
     def own(self, seconds: float) -> None:
@@ -94,6 +99,25 @@ class Schedule:
     def end_work(self, seconds: float) -> None:
         """Time leaky spent ending a sampled step (its fold, a probe, a check pass)."""
         self._end_work += seconds
+
+    def optimizer_stepped(self, index: int, step: int) -> None:
+        """Optimizer `index` steps at step `step` (one dict write a step)."""
+        last = self._stepped_at.get(index)
+        if last is not None:
+            self._gaps[index] = step - last
+        self._stepped_at[index] = step
+
+    def round_steps(self, optimizers: int) -> int:
+        """How many consecutive steps a sampled round takes so that each optimizer steps in
+        it: one per optimizer when they step in turn (a GAN's discriminator, then its
+        generator), more when one steps less often. NOTE: CleanRL's TD3 steps its critic at
+        every environment step and its actor at every second (c a c c a c c ...): rounds of
+        two were `c c` as often as not, and a watch saw its critic alone. An optimizer that
+        steps less often than every ROUND_MOST steps (once an epoch) is not waited for: its
+        rounds would be long and mostly the others'. Under `--every N`, at most N."""
+        gaps = [gap for gap in self._gaps.values() if gap <= ROUND_MOST] if optimizers > 1 else []
+        steps = max(1, optimizers, *gaps)
+        return min(steps, self.every) if self.every else steps
 
     def started(self) -> None:
         """A model's forward began on a sampled step: the first step is timed from here."""

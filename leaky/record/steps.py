@@ -223,6 +223,8 @@ class StepTracking:
             if not self.observing and self.schedule is not None:
                 self.schedule.new_optimizer()   # its first look: a GAN's generator steps after step 0
         self.guarded(self._note_step_origin, optimizer, self.observing)
+        if self.schedule is not None:
+            self.schedule.optimizer_stepped(self.optimizer_index(optimizer), self.step)
         self.saw_optimizer = True
         self.last_optimizer = optimizer
         self._in_step = True
@@ -366,11 +368,9 @@ class StepTracking:
             schedule.step_ended(step, sampled)   # before the next step is planned
         if going_on:
             # NOTE: several optimizers that step in turn (a GAN's discriminator, then its
-            # generator) are sampled as a round of consecutive steps, one per optimizer: with
+            # generator) are sampled as a round of consecutive steps in which each steps: with
             # one step in `every`, an even `every` would only ever see the discriminator.
-            round_steps = max(1, len(self.optimizers))
-            if schedule.every:
-                round_steps = min(round_steps, schedule.every)
+            round_steps = schedule.round_steps(len(self.optimizers))
             self._sample(schedule.sample(self.step, round_steps) or self.step < self.dense_steps)
 
     def _end_step_now(self) -> bool:

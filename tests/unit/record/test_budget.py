@@ -303,3 +303,35 @@ def test_an_optimizer_first_stepping_on_an_unsampled_step_is_looked_at_in_the_ne
     sampled = list(run.recorder.builder.sample_steps)
     assert sampled[0] == 0 and len(sampled) <= 3 and any(step % 2 == 1 for step in sampled), sampled
     assert not run.report.by_code("LK108"), [f.message for f in run.report.by_code("LK108")]
+
+
+def test_a_round_waits_for_an_optimizer_that_steps_every_other_environment_step():
+    """CleanRL's TD3: the critic steps at every environment step, the actor at every second,
+    so the optimizer steps run c a c c a c c a ...: a round of two steps (one per optimizer)
+    was `c c` as often as not. A round is now as long as the actor's gap (3), and every
+    sampled round holds an actor step."""
+    torch.manual_seed(0)
+    actor, critic = nn.Linear(3, 1), nn.Linear(4, 1)
+    opt_a, opt_c = torch.optim.Adam(actor.parameters(), 1e-3), torch.optim.Adam(critic.parameters(), 1e-3)
+    seen = []   # (which optimizer, whether that step was observed in detail)
+    with leaky.Watch(every=10) as run:
+        for env_step in range(40):
+            s = torch.randn(8, 3)
+            q = critic(torch.cat([s, torch.randn(8, 1)], 1))
+            opt_c.zero_grad()
+            F.mse_loss(q, torch.randn(8, 1)).backward()
+            seen.append(("c", run.recorder.observing))
+            opt_c.step()
+            if env_step % 2 == 0:
+                opt_a.zero_grad()
+                (-critic(torch.cat([s, actor(s)], 1)).mean()).backward()
+                seen.append(("a", run.recorder.observing))
+                opt_a.step()
+    rounds, current = [], []
+    for kind, observed in seen:
+        if observed:
+            current.append(kind)
+        elif current:
+            rounds, current = rounds + [current], []
+    assert len(rounds) >= 4 and all("a" in r and "c" in r for r in rounds[1:]), rounds
+    assert no_leaky_left() == []
