@@ -278,6 +278,7 @@ class Budget(Schedule):
         self.next_sample: int | None = None
         self._planned_at = 0
         self._round_until: int | None = None
+        self._round_seen: set[int] = set()   # the optimizers that stepped in the round under way
         self._last_sampled = 0   # the step that began the last sampled round
         self.every = None
         self.several_ranks = several_ranks
@@ -290,18 +291,27 @@ class Budget(Schedule):
         if not self.every:
             self.next_sample = 0
 
+    def optimizer_stepped(self, index: int, step: int) -> None:
+        super().optimizer_stepped(index, step)
+        self._round_seen.add(index)
+
     def sample(self, step: int, round_steps: int = 1) -> bool:
         if self.every:
             return super().sample(step, round_steps)
         if self._round_until is not None:
-            if step < self._round_until:
-                return True   # the rest of a round (several optimizers stepping in turn)
+            # NOTE: the rest of a round (several optimizers stepping in turn), and on until each
+            # known optimizer has stepped in it: one whose gap is not known yet (its first step
+            # was just now) may step next only after the round's planned length
+            unseen = len(self._stepped_at) > len(self._round_seen)
+            if step < self._round_until or (unseen and step - self._last_sampled < ROUND_MOST):
+                return True
             self._round_until = None
             self._plan(step)
         elif step - self._planned_at >= PLAN_GAP:
             self._plan(step)
         if self.next_sample is not None and step >= self.next_sample:
             self._round_until, self.next_sample, self._last_sampled = step + round_steps, None, step
+            self._round_seen = set()
             return True
         return False
 

@@ -305,33 +305,52 @@ def test_an_optimizer_first_stepping_on_an_unsampled_step_is_looked_at_in_the_ne
     assert not run.report.by_code("LK108"), [f.message for f in run.report.by_code("LK108")]
 
 
-def test_a_round_waits_for_an_optimizer_that_steps_every_other_environment_step():
-    """CleanRL's TD3: the critic steps at every environment step, the actor at every second,
-    so the optimizer steps run c a c c a c c a ...: a round of two steps (one per optimizer)
-    was `c c` as often as not. A round is now as long as the actor's gap (3), and every
-    sampled round holds an actor step."""
+def _td3_rounds(watch, clock=None) -> list[list[str]]:
+    """CleanRL TD3's order of optimizer steps (the critic at every environment step, the actor
+    at every second: c a c c a c c a ...) under `watch`; the sampled rounds, as the optimizers
+    that stepped in each ('c', 'a')."""
     torch.manual_seed(0)
     actor, critic = nn.Linear(3, 1), nn.Linear(4, 1)
     opt_a, opt_c = torch.optim.Adam(actor.parameters(), 1e-3), torch.optim.Adam(critic.parameters(), 1e-3)
     seen = []   # (which optimizer, whether that step was observed in detail)
-    with leaky.Watch(every=10) as run:
+    with watch as run:
         for env_step in range(40):
             s = torch.randn(8, 3)
             q = critic(torch.cat([s, torch.randn(8, 1)], 1))
             opt_c.zero_grad()
             F.mse_loss(q, torch.randn(8, 1)).backward()
             seen.append(("c", run.recorder.observing))
+            if clock is not None:
+                clock.now += 1.0 + (25.0 if run.recorder.observing else 0.0)
             opt_c.step()
             if env_step % 2 == 0:
                 opt_a.zero_grad()
                 (-critic(torch.cat([s, actor(s)], 1)).mean()).backward()
                 seen.append(("a", run.recorder.observing))
+                if clock is not None:
+                    clock.now += 1.0 + (25.0 if run.recorder.observing else 0.0)
                 opt_a.step()
     rounds, current = [], []
-    for kind, observed in seen:
+    for kind, observed in seen + [("", False)]:
         if observed:
             current.append(kind)
         elif current:
             rounds, current = rounds + [current], []
-    assert len(rounds) >= 4 and all("a" in r and "c" in r for r in rounds[1:]), rounds
     assert no_leaky_left() == []
+    return rounds
+
+
+def test_a_round_waits_for_an_optimizer_that_steps_every_other_environment_step():
+    """A round of two steps (one per optimizer) was `c c` as often as not under TD3's order.
+    A round is now as long as the actor's gap (3), and every sampled round holds its step."""
+    rounds = _td3_rounds(leaky.Watch(every=10))
+    assert len(rounds) >= 4 and all("a" in r and "c" in r for r in rounds[1:]), rounds
+
+
+def test_a_new_optimizer_s_round_lasts_until_it_steps_again():
+    """Under the budget: step 0 (the critic's) is sampled; the actor first steps at step 1,
+    unsampled, so the next round is taken whatever the credit. Its gap is not known yet, and
+    the round goes on until it has stepped in it (c c a), not for two steps (c c)."""
+    clock = Clock()
+    rounds = _td3_rounds(leaky.Watch(clock=clock), clock)
+    assert rounds[0] == ["c"] and len(rounds) >= 2 and "a" in rounds[1], rounds
