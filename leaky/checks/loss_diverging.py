@@ -106,7 +106,10 @@ def _judge(stats: AuditStats, objective: Objective, config: AuditConfig, found: 
                    f"({num(curve.end / curve.start)}×).{cause_text(found)}")
         return _finding(Severity.WARNING, message, found, curve.last_step,
                         {"loss_start": curve.start, "loss_end": curve.end, "optimizer": objective.optimizer})
-    growth = _oscillation(objective.periods(), config)
+    # NOTE: not while the rate warms up (it rose lr_jump× or more over the rows): the first
+    # quarter's steps were small by design, so the swings of the last are no like for like;
+    # a warmup into a rate too high shows as a rise or an overflow (the rules above)
+    growth = _oscillation(objective.periods(), config) if objective.warming_up(config) is None else None
     if growth is not None and growth >= config.loss_swing_growth and curve.end >= curve.start:
         message = (f"the loss{of} oscillates with growing amplitude: its step-to-step swings in the last quarter "
                    f"are {num(growth)}× those of the first, relative to the loss.{cause_text(found)}")

@@ -95,3 +95,21 @@ def test_lk205_a_ppo_loss_rising_with_its_returns_is_info_and_a_plain_objective_
     assert "trust-region policy objective" in ppo.message and "rose from" in ppo.message
     (plain,) = _actor_critic(clipped=False)
     assert plain.severity is Severity.WARNING and "on_policy" not in plain.evidence
+
+
+# The first 20 losses of a Hugging Face Trainer fine-tuning a tiny BERT on a learnable task
+# (a helper's sweep; the run reached 96% accuracy), with its linear warmup over 10 steps from 0.
+HF_WARMUP_LOSSES = [0.691, 0.692, 0.7007, 0.6944, 0.6954, 0.6947, 0.6917, 0.6854, 0.6689, 0.6811, 0.6943, 0.6547,
+                    0.669, 0.6506, 0.6762, 0.6296, 0.7585, 0.7789, 0.7896, 0.6249]
+HF_WARMUP_LRS = [0.0, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 7e-4, 8e-4, 9e-4, 1e-3, 9.889e-4, 9.778e-4, 9.667e-4,
+                 9.556e-4, 9.444e-4, 9.333e-4, 9.222e-4, 9.111e-4, 9e-4]
+
+
+def test_lk205_swings_that_grow_with_a_warming_up_rate_are_not_an_oscillation():
+    """The swings of the last quarter are 20× the first's because the first steps were taken
+    at a rate near 0: no oscillation while the rate warms up. The same losses at a constant
+    rate are judged as before (a warning)."""
+    warming = stats(steps=20, series=series(losses=HF_WARMUP_LOSSES, lr=HF_WARMUP_LRS), optimizers=(optimizer(),))
+    quiet("LK205", warming)
+    flat = stats(steps=20, series=series(losses=HF_WARMUP_LOSSES, lr=1e-3), optimizers=(optimizer(),))
+    assert fires("LK205", flat).evidence["swing_growth"] > 10
