@@ -98,7 +98,8 @@ def _judge(loss: LossStats, stats: AuditStats, config: AuditConfig) -> Finding |
                f"({num(baseline)}: {what}), {num(excess)} {unit} above it: the first steps are spent undoing the "
                f"output layer's initialisation (a 'hockey stick' in the loss curve) before the model learns "
                f"anything.{scaled}")
-    fix = _fix(start, loss, baseline)
+    biased = module is None or any(p.name == f"{module}.bias" for p in stats.params)
+    fix = _fix(start, loss, baseline, biased)
     if scaled:
         fix = (f"{fix} The scale {num(scale)} multiplies whatever the layer starts with: start the layer at zero "
                "(nn.init.zeros_ on its weight and bias) or normalise what it multiplies (F.normalize on the features "
@@ -111,11 +112,15 @@ def _judge(loss: LossStats, stats: AuditStats, config: AuditConfig) -> Finding |
                    evidence, init_cause(stats, weight, f"its initial outputs give the first loss {num(first)}"))
 
 
-def _fix(start: dict, loss: LossStats, baseline: float) -> str:
+def _fix(start: dict, loss: LossStats, baseline: float, biased: bool = True) -> str:
+    """`biased`: whether the output layer has a bias (a head built with bias=False, as GPT-style
+    models tie theirs, has none: no line may touch it)."""
     kind = start.get("neutral")
     if kind == ops.losses.CLASSES:
+        zeroed = "; head.bias.zero_()" if biased else ""
         return ("Start the output layer near zero so that the logits are nearly uniform: scale its weights down "
-                "(with torch.no_grad(): head.weight.mul_(0.01); head.bias.zero_()), or nn.init.zeros_ on them.")
+                f"(with torch.no_grad(): head.weight.mul_(0.01){zeroed}), or nn.init.zeros_ on "
+                f"{'them' if biased else 'its weight'}.")
     mean = start.get("target_mean")
     if kind == ops.losses.PRIOR:
         logit = math.log(mean / (1 - mean))

@@ -55,7 +55,19 @@ def test_an_over_confident_head_starts_far_above_log_c():
     assert finding.evidence["ratio"] > 3
     line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# OVER-CONFIDENT" in text)
     assert finding.cause.line == line
-    assert "head.weight.mul_(0.01)" in finding.fix
+    assert "head.weight.mul_(0.01)" in finding.fix and "head.bias.zero_()" in finding.fix
+
+
+def test_a_head_without_a_bias_gets_no_line_that_touches_one():
+    """A GPT-style head built with bias=False: the fix must not say head.bias.zero_(), which
+    would raise (a helper's sweep met it on a tied-embedding language model)."""
+    torch.manual_seed(0)
+    x = torch.randn(1024, 32)
+    y = (x[:, :4].sum(1) > 0).long() + 2 * (x[:, 4] > 0).long()
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 10, bias=False))
+    nn.init.normal_(model[2].weight, std=1.0)
+    (finding,) = _alarms(_train(model, x, lambda out, rows: F.cross_entropy(out, y[rows]), steps=10))
+    assert "head.weight.mul_(0.01)" in finding.fix and "bias" not in finding.fix
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"label_smoothing": 0.1}, {"weight": torch.linspace(0.5, 2.0, 10)}])
