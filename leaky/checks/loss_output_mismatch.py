@@ -79,6 +79,13 @@ def _dim_over_batch(loss: LossStats, stats: AuditStats) -> bool:
             and op.detail.get("dim") in (0, -len(loss.input_shape)))
 
 
+def _one_class(loss: LossStats) -> bool:
+    """cross_entropy over a class dim of size 1 (dim 1 of an (N, C, ...) input, dim 0 of a (C,)
+    one): pytorch/examples' DDP tutorial trains a Linear(20, 1) with it, and every gradient is 0."""
+    shape = loss.input_shape
+    return ops.losses.softmax_over_classes(loss.op) and bool(shape) and shape[1 if len(shape) >= 2 else 0] == 1
+
+
 def _bounds(loss: LossStats) -> tuple[float, float] | None:
     """The output range of the op that feeds a regression loss (sigmoid [0, 1], relu [0, inf))."""
     if not _expects(loss, ops.VALUES) or loss.target_low is None or not loss.input_node:
@@ -158,6 +165,12 @@ RULES = (
          lambda loss: (f"the {loss.op} input is a softmax over a dimension of size 1: it is constant "
                        "(1, or 0 after log), so every gradient through it is exactly 0."),
          "For one output use a sigmoid with F.binary_cross_entropy_with_logits; for C classes output C logits."),
+    Rule(lambda loss, _, __: _one_class(loss), Severity.ERROR,
+         lambda loss: (f"{loss.op} gets {list(loss.input_shape)} scores: a class dimension of size 1. The softmax "
+                       "over one class is 1 whatever the score, so the loss is constant (0) and every gradient "
+                       "through it is exactly 0: nothing trains."),
+         "For one output use F.binary_cross_entropy_with_logits (a yes/no target) or F.mse_loss (a number); "
+         "for C classes output C scores.", at_loss=True),
     Rule(lambda loss, stats, __: _dim_over_batch(loss, stats), Severity.ERROR,
          lambda loss: (f"the {_norm_name(loss)} feeding {loss.op} normalises over dim 0 of a "
                        f"{list(loss.input_shape)} tensor, the batch: each class's scores are normalised "

@@ -29,6 +29,15 @@ for _name, _expects in (("cross_entropy", LOGITS), ("binary_cross_entropy_with_l
                         ("huber_loss", VALUES)):
     register(OpRule(_name, loss=_expects, extra={"neutral": _NEUTRAL.get(_name)}))
 
+_SOFTMAX_OVER_CLASSES = frozenset({"cross_entropy"})
+
+
+def softmax_over_classes(name: str) -> bool:
+    """A loss that takes the softmax over its input's class dim itself (cross_entropy): over
+    one class that softmax is 1, and the loss constant (LK301). nll_loss does not normalise."""
+    return name in _SOFTMAX_OVER_CLASSES
+
+
 # NOTE: not a loss, but it normalises its input as cross_entropy does: log p = z − logsumexp(z).
 # torch.distributions.Categorical(logits=z) (a policy's action distribution) does exactly that,
 # so a softmax before it normalises twice, as before cross_entropy (LK301).
