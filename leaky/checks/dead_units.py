@@ -195,6 +195,7 @@ def _from_start_text(from_start: int, dead: int) -> str:
 @register("LK102", "dead-units", "ReLU-family units that never activate on any observed sample")
 def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     findings = []
+    verdict = None
     for act in stats.activations:
         if act.dead_units is None or not act.units:
             continue
@@ -215,12 +216,12 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
             severity = Severity.INFO
         if severity is None:
             continue
-        fit = _fit_anyway(stats, config) if severity is Severity.ERROR else None
-        if fit is not None:
-            severity = Severity.WARNING
-        # NOTE: an error whose loss is still too short to say whether it falls is provisional:
-        # a watch's pass early in the run does not announce it (nor stop a --fail-fast run on it)
-        undecided = _too_early(stats, config) if severity is Severity.ERROR else ""
+        fit, undecided = None, ""
+        if severity is Severity.ERROR:
+            verdict = verdict or _loss_verdict(stats, config)   # once per check, not per layer
+            fit, undecided = verdict
+            if fit is not None:
+                severity, undecided = Severity.WARNING, ""
         params = _layer_params(stats, act.module)
         when, step, died_between = _when(stats, act, config, params)
         from_start = act.dead_units - len(act.died_steps)
@@ -251,27 +252,26 @@ def check(stats: AuditStats, config: AuditConfig) -> list[Finding]:
     return findings
 
 
-def _fit_anyway(stats: AuditStats, config: AuditConfig) -> tuple[float, float] | None:
-    """(start, end) of the run's one loss when it ended at or below `dead_fit_share` of where
-    it began, else None. The end: the mean of its last tenth (checks/_loss.py); the start:
-    the least of its first tenth, so that a loss that blew up in its first steps (a rate far
-    too high: 2.3 → 317 → back to 2.3, chance) is not read as one that fell. Not judged with
-    several objectives (whose loss trains this layer is not known here)."""
+def _loss_verdict(stats: AuditStats, config: AuditConfig) -> tuple[tuple[float, float] | None, str]:
+    """What the run's one loss says of an error: (start, end) when it ended at or below
+    `dead_fit_share` of where it began (the live units carry the fit: a warning), else None;
+    and why the error is provisional when the loss has too few steps yet to tell (a watch's
+    early pass neither announces it nor stops a --fail-fast run on it), else ''. Not judged
+    with several objectives (whose loss trains this layer is not known here).
+
+    NOTE: the end is the mean of its last tenth (checks/_loss.py); the start the least of its
+    first tenth, so that a loss that blew up in its first steps (a rate far too high: 2.3 →
+    317 → back to 2.3, chance) is not read as one that fell."""
     found = objectives(stats, config)
     if len(found) != 1:
-        return None
+        return None, ""
     rows = found[0].rows
+    undecided = too_few_losses(stats, found[0].optimizer, config)
     curve = curve_of(rows, config.loss_min_steps)
     if curve is None or curve.nonfinite_step is not None or not curve.end >= 0:
-        return None
+        return None, undecided
     start = min(loss for _, loss in rows[:max(3, len(rows) // 10)])
-    return (start, curve.end) if start > 0 and curve.end <= config.dead_fit_share * start else None
-
-
-def _too_early(stats: AuditStats, config: AuditConfig) -> str:
-    """Why an error is provisional: the run's one loss has too few steps yet to judge its fall."""
-    found = objectives(stats, config)
-    return too_few_losses(stats, found[0].optimizer, config) if len(found) == 1 else ""
+    return ((start, curve.end) if start > 0 and curve.end <= config.dead_fit_share * start else None), undecided
 
 
 @headline("LK102", "dead units")

@@ -103,7 +103,8 @@ def show_run(store, run_id: int) -> Group:
     if run.get("error"):
         head.append(f"\nerror: {run['error']}", style="red")
     report = store.report(run_id) or {}
-    cost = overhead_line((report.get("run") or {}).get("overhead"))
+    overhead = (report.get("run") or {}).get("overhead") or {}
+    cost = overhead_line(overhead)
     if cost:
         head.append(f"\n{cost}", style="dim")
     nan = float("nan")
@@ -113,13 +114,13 @@ def show_run(store, run_id: int) -> Group:
     if steps:
         timeline.append(f"loss      {sparkline(losses)}  {num(_first(losses))} → {num(_last(losses))}"
                         f"{_measured(losses)}\n")
-        clipped = ((report.get("run") or {}).get("overhead") or {}).get("norms_from_clip")
+        clipped = overhead.get("norms_from_clip")
         if any(v is not None for v in norms):
             timeline.append(f"grad norm {sparkline(norms)}  {num(_first(norms))} → {num(_last(norms))}"
                             f"{_measured(norms)}" + ("  (after the script's clip_grad_norm_)" if clipped else ""))
         else:
             timeline.append("grad norm not measured (no optimizer step: the parameters were updated by hand)"
-                            if ((report.get("run") or {}).get("overhead") or {}).get("optimizer_steps") == 0
+                            if overhead.get("optimizer_steps") == 0
                             else "grad norm not measured")
     listing = [Text(f"\nfindings, in the order they appeared ({len(findings)}):" if findings
                     else "\nno findings.\n", style="bold")]
